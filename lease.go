@@ -1,0 +1,64 @@
+package dlock
+
+import (
+	"context"
+	"time"
+)
+
+// lease is this Client's record of one hold: what to renew, until when the
+// server is known to keep it, and how to tell the holder when it is lost.
+type lease struct {
+	name  string // the lock's name, for logs and errors
+	key   string
+	spec  string        // what renew.lua checks: "s<token>" or "h<owner>"
+	renew bool          // renewed by the watchdog (no WithLease)
+	ttl   time.Duration // the lease the server applies
+
+	// Guarded by the watchdog's mutex.
+	deadline  time.Time // after this the server may have let the hold expire
+	releasing bool      // an unlock is in flight: a missing key is expected
+	state     leaseState
+	cause     error // why the hold ended, once it has
+
+	lost   chan struct{}      // closed when the hold is lost
+	ctx    context.Context    // cancelled when the hold ends, however it ends
+	cancel context.CancelCauseFunc
+}
+
+type leaseState uint8
+
+const (
+	leaseHeld leaseState = iota
+	leaseLost
+	leaseReleased
+)
+
+// newLease records a hold that the server granted on a request sent at sent.
+// Its deadline counts from the send, not the reply, since the server may
+// have started the lease any time after it.
+func newLease(name, key, spec string, renew bool, ttl time.Duration, sent time.Time) *lease {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &lease{
+		name: name, key: key, spec: spec, renew: renew, ttl: ttl,
+		deadline: sent.Add(ttl),
+		lost:     make(chan struct{}),
+		ctx:      ctx,
+		cancel:   cancel,
+	}
+}
+
+// holdContext derives a context from parent that is cancelled when l ends,
+// with l's cause (ErrLost when lost). A nil l gives a context that is already
+// cancelled with cause ErrNotHeld.
+func holdContext(parent context.Context, l *lease) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	if l == nil {
+		cancel(ErrNotHeld)
+		return ctx, func() {}
+	}
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}

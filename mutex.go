@@ -1,0 +1,222 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// Mutex is a distributed mutual exclusion lock that behaves like sync.Mutex:
+// it is not reentrant, and one handle may be shared by many goroutines, which
+// then exclude each other just as goroutines on other handles and in other
+// processes do. As with sync.Mutex, the hold belongs to the handle, not to a
+// goroutine: any goroutine may Unlock what another locked.
+//
+// Each acquisition stores a fresh random token in the lock's key, and Unlock
+// deletes the key only if it still holds that token, so a hold that expired
+// can never release someone else's newer hold.
+//
+// Make one with Client.Mutex. The zero Mutex is not usable.
+type Mutex struct {
+	c       *Client
+	name    string
+	key     string
+	channel string
+	lc      lockConfig
+
+	mu   sync.Mutex
+	hold *lease // the current hold, nil when not held
+}
+
+// Mutex returns a handle on the plain lock called name. It sends nothing to
+// Redis. An empty name or an invalid option makes every method return an
+// error wrapping ErrInvalid.
+func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
+	lc := buildLockConfig(opts)
+	if lc.err == nil {
+		lc.err = checkName(name)
+	}
+	key := lockKey(c.cfg.prefix, name)
+	return &Mutex{c: c, name: name, key: key, channel: channelOf(key), lc: lc}
+}
+
+// Name returns the lock's name, without the key prefix.
+func (m *Mutex) Name() string { return m.name }
+
+// Lock blocks until it holds the lock, ctx ends, or the Client closes.
+//
+// When ctx ends first it returns an error matching both ErrNotObtained and
+// ctx.Err(), and leaves nothing held: a grant that raced the end of ctx is
+// released. A blocked Lock waits for a release message rather than polling,
+// and re-checks at the latest when the holder's lease runs out. Uncontended,
+// Lock is one round trip to Redis.
+func (m *Mutex) Lock(ctx context.Context) error {
+	if err := m.c.usable(m.lc.err); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return notObtained("lock", m.name, ctx)
+	}
+	token := rand.Text()
+	ttl, renew := m.c.leaseOf(m.lc)
+	nc := context.WithoutCancel(ctx) // a try's outcome must never be unknown
+	sent := time.Now()
+	ok, err := m.c.rdb.SetNX(nc, m.key, token, ttl).Result()
+	if err != nil {
+		return redisErr("lock", m.name, m.key, err)
+	}
+	if !ok {
+		err := m.c.wait(ctx, "lock", m.name, m.channel, 0, func() (bool, time.Duration, error) {
+			sent = time.Now()
+			return m.try(nc, token, ttl)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return m.acquired(ctx, token, ttl, renew, sent)
+}
+
+// TryLock takes the lock if it is free and reports whether it did, in one
+// round trip. A lock held elsewhere is (false, nil); an error means Redis
+// could not be asked, or ctx had ended. As with sync.Mutex, correct uses of
+// TryLock are rare: most callers want Lock with a deadline in ctx.
+func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+	if err := m.c.usable(m.lc.err); err != nil {
+		return false, err
+	}
+	if ctx.Err() != nil {
+		return false, notObtained("trylock", m.name, ctx)
+	}
+	token := rand.Text()
+	ttl, renew := m.c.leaseOf(m.lc)
+	sent := time.Now()
+	ok, _, err := m.try(context.WithoutCancel(ctx), token, ttl)
+	if err != nil || !ok {
+		return false, err
+	}
+	if err := m.acquired(ctx, token, ttl, renew, sent); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (m *Mutex) try(ctx context.Context, token string, ttl time.Duration) (bool, time.Duration, error) {
+	v, err := scripts.MutexTry.Run(ctx, m.c.rdb, []string{m.key}, token, millis(ttl)).Int64()
+	if err != nil {
+		return false, 0, redisErr("lock", m.name, m.key, err)
+	}
+	if v >= 1 {
+		return true, 0, nil
+	}
+	return false, time.Duration(-v) * time.Millisecond, nil
+}
+
+// acquired records a hold the server granted, unless ctx ended meanwhile, in
+// which case the hold is given back so that a failed Lock leaves nothing.
+func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, renew bool, sent time.Time) error {
+	if ctx.Err() != nil {
+		_, _ = m.release(context.WithoutCancel(ctx), token)
+		return notObtained("lock", m.name, ctx)
+	}
+	l := newLease(m.name, m.key, "s"+token, renew, ttl, sent)
+	m.mu.Lock()
+	old := m.hold
+	m.hold = l
+	m.mu.Unlock()
+	if old != nil {
+		// The key was free, so an older hold of this handle that nobody
+		// unlocked had already expired or been deleted.
+		m.c.wd.lose(old, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
+	}
+	m.c.wd.add(l)
+	return nil
+}
+
+func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
+	n, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, []string{m.key, m.channel}, token, m.c.releaseMessage(1)).Int64()
+	if err != nil {
+		return false, redisErr("unlock", m.name, m.key, err)
+	}
+	if n == 1 {
+		m.c.waits.wake(m.channel, 1, wakeLocal)
+	}
+	return n == 1, nil
+}
+
+// Unlock releases the handle's current hold and wakes one waiter, in one
+// round trip.
+//
+// It returns an error matching ErrNotHeld when the handle holds nothing, and
+// one matching ErrLost (and ErrNotHeld, when the key was no longer ours) when
+// the hold was lost before Unlock; in both cases nothing else changes. Unlock
+// sends its request even when ctx has ended, since leaving a lock behind is
+// worse than a late call; ctx still carries values such as trace spans.
+func (m *Mutex) Unlock(ctx context.Context) error {
+	if err := m.c.usable(m.lc.err); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	l := m.hold
+	m.hold = nil
+	m.mu.Unlock()
+	if l == nil {
+		return fmt.Errorf("dlock: unlock %q: %w", m.name, ErrNotHeld)
+	}
+	m.c.wd.beginRelease(l)
+	ok, err := m.release(context.WithoutCancel(ctx), l.spec[1:])
+	if err != nil {
+		m.c.wd.abortRelease(l)
+		m.mu.Lock()
+		if m.hold == nil {
+			m.hold = l // let the caller retry
+		}
+		m.mu.Unlock()
+		return err
+	}
+	if !ok {
+		m.c.wd.lose(l, fmt.Errorf("%w: hold gone at unlock", ErrLost))
+		return fmt.Errorf("dlock: unlock %q: %w: %w", m.name, ErrLost, ErrNotHeld)
+	}
+	if !m.c.wd.released(l) {
+		return fmt.Errorf("dlock: unlock %q: %w", m.name, m.c.wd.lostCause(l))
+	}
+	return nil
+}
+
+// Lost returns a channel that is closed if the current hold is lost: its key
+// vanished, renewals failed for a whole lease, its WithLease lease ran out,
+// or the Client closed. Unlock does not close it. Lost returns nil (a channel
+// that never fires) when the handle holds nothing.
+func (m *Mutex) Lost() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hold == nil {
+		return nil
+	}
+	return m.hold.lost
+}
+
+// HoldContext returns a copy of parent that is cancelled when the current
+// hold ends: by Unlock, or by loss, in which case context.Cause reports an
+// error matching ErrLost. Work done under the lock should use it, so that it
+// stops when exclusion can no longer be promised. Without a hold the context
+// is already cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
+func (m *Mutex) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
+	m.mu.Lock()
+	l := m.hold
+	m.mu.Unlock()
+	return holdContext(parent, l)
+}
+
+// leaseOf returns the lease a hold gets and whether the watchdog renews it.
+func (c *Client) leaseOf(lc lockConfig) (time.Duration, bool) {
+	if lc.lease > 0 {
+		return time.Duration(millis(lc.lease)) * time.Millisecond, false
+	}
+	return time.Duration(millis(c.cfg.watchdog)) * time.Millisecond, true
+}

@@ -1,0 +1,33 @@
+package dlock
+
+import (
+	"context"
+	"crypto/rand"
+)
+
+type ownerKey struct{}
+
+// WithOwner returns a copy of ctx that names the owner of the reentrant holds
+// (ReentrantMutex, and RWMutex) taken with it. Calls that pass the same owner
+// re-enter each other's holds, even through different handles of the same
+// lock on the same Client; calls with different owners exclude each other.
+//
+// Owners are scoped to a Client: the same owner string on two Clients names
+// two different owners. An empty owner makes lock calls fail with ErrInvalid.
+// Without an owner in the context, the handle itself is the owner.
+func WithOwner(ctx context.Context, owner string) context.Context {
+	return context.WithValue(ctx, ownerKey{}, owner)
+}
+
+// WithNewOwner returns a copy of ctx with a fresh random owner, for example
+// one per request or per job, so that nested calls passing the context along
+// re-enter while concurrent requests exclude each other.
+func WithNewOwner(ctx context.Context) context.Context {
+	return WithOwner(ctx, rand.Text())
+}
+
+// OwnerFrom returns the owner put in ctx by WithOwner or WithNewOwner.
+func OwnerFrom(ctx context.Context) (owner string, ok bool) {
+	owner, ok = ctx.Value(ownerKey{}).(string)
+	return owner, ok
+}

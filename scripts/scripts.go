@@ -1,0 +1,39 @@
+// Package scripts embeds dlock's Lua scripts. Every state change dlock makes
+// in Redis is one of these scripts. Each .lua file opens with its contract:
+// KEYS, ARGV and return values.
+//
+// The scripts are wrapped once in redis.NewScript and always run with Run (or
+// EvalSha with an Eval fallback), so Redis caches them by SHA1 and a SCRIPT
+// FLUSH or restart costs one extra round trip, never an error.
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed mutex_try.lua
+	mutexTry string
+	//go:embed mutex_unlock.lua
+	mutexUnlock string
+	//go:embed reentrant_try.lua
+	reentrantTry string
+	//go:embed reentrant_unlock.lua
+	reentrantUnlock string
+	//go:embed force_unlock.lua
+	forceUnlock string
+	//go:embed renew.lua
+	renew string
+)
+
+// The scripts, ready to Run. See each .lua file for its contract.
+var (
+	MutexTry        = redis.NewScript(mutexTry)
+	MutexUnlock     = redis.NewScript(mutexUnlock)
+	ReentrantTry    = redis.NewScript(reentrantTry)
+	ReentrantUnlock = redis.NewScript(reentrantUnlock)
+	ForceUnlock     = redis.NewScript(forceUnlock)
+	Renew           = redis.NewScript(renew)
+)

@@ -1,0 +1,334 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// errReleased is the cause of a hold context's cancellation after Unlock.
+var errReleased = errors.New("dlock: released")
+
+// watchdog is the one goroutine per Client that keeps leases alive and tells
+// holders when a hold is lost. Every period (a third of the watchdog timeout)
+// it renews every renewable lease in batches of up to renewBatch keys per
+// script call, all calls of a period in one pipeline. Between periods it
+// wakes at the earliest lease deadline, so a lease whose renewals keep
+// failing, or a WithLease hold that runs out, is reported when its time is up
+// rather than at the next period.
+type watchdog struct {
+	c      *Client
+	period time.Duration
+
+	mu       sync.Mutex
+	leases   map[*lease]struct{} // held leases, renewable or not
+	nextWake time.Time
+
+	kick chan struct{}
+	stop chan struct{}
+	done chan struct{}
+
+	rounds atomic.Int64 // renewal rounds that sent anything
+	calls  atomic.Int64 // renewal script calls sent
+}
+
+func newWatchdog(c *Client) *watchdog {
+	w := &watchdog{
+		c:      c,
+		period: c.cfg.watchdog / 3,
+		leases: make(map[*lease]struct{}),
+		kick:   make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	w.nextWake = time.Now().Add(w.period)
+	go w.run()
+	return w
+}
+
+// add starts tracking a hold. It wakes the loop only when the hold's deadline
+// comes before the loop's next wake-up, so the common case costs no wake-up.
+func (w *watchdog) add(l *lease) {
+	w.mu.Lock()
+	w.leases[l] = struct{}{}
+	early := l.deadline.Before(w.nextWake)
+	w.mu.Unlock()
+	if early {
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// beginRelease marks l as being released, so that a renewal racing the unlock
+// script does not report the hold lost. It returns false if l had been lost.
+func (w *watchdog) beginRelease(l *lease) (held bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l.releasing = true
+	return l.state == leaseHeld
+}
+
+// abortRelease undoes beginRelease after an unlock that failed to run.
+func (w *watchdog) abortRelease(l *lease) {
+	w.mu.Lock()
+	l.releasing = false
+	w.mu.Unlock()
+}
+
+// released ends l after a successful unlock. It returns false when l had been
+// lost before, so Unlock can say so.
+func (w *watchdog) released(l *lease) (wasHeld bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.state != leaseHeld {
+		return false
+	}
+	l.state, l.cause = leaseReleased, errReleased
+	delete(w.leases, l)
+	l.cancel(errReleased)
+	return true
+}
+
+// lostCause returns why l was lost, or nil while it is held or after a
+// normal release.
+func (w *watchdog) lostCause(l *lease) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.state == leaseLost {
+		return l.cause
+	}
+	return nil
+}
+
+// isHeld reports whether l is still held as far as this Client knows.
+func (w *watchdog) isHeld(l *lease) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.state == leaseHeld
+}
+
+// dropped forgets l without reporting anything, when a newer lease replaces it.
+func (w *watchdog) dropped(l *lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.state == leaseHeld {
+		l.state, l.cause = leaseReleased, errReleased
+		delete(w.leases, l)
+		l.cancel(errReleased)
+	}
+}
+
+// lose reports l lost with the given cause (which wraps ErrLost or is
+// ErrClosed). It is a no-op for a hold that already ended.
+func (w *watchdog) lose(l *lease, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.loseLocked(l, cause)
+}
+
+func (w *watchdog) loseLocked(l *lease, cause error) {
+	if l.state != leaseHeld {
+		return
+	}
+	l.state, l.cause = leaseLost, cause
+	delete(w.leases, l)
+	close(l.lost)
+	l.cancel(cause)
+	w.c.cfg.logger.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", holderOf(l.spec), "cause", cause.Error())
+}
+
+// holderOf is the part of a lease's renewal spec that is safe to log: the
+// owner ID of a reentrant hold. A plain mutex's token is not logged.
+func holderOf(spec string) string {
+	if strings.HasPrefix(spec, "h") {
+		return spec[1:]
+	}
+	return ""
+}
+
+func (w *watchdog) run() {
+	defer close(w.done)
+	timer := time.NewTimer(w.period)
+	defer timer.Stop()
+	nextRenew := time.Now().Add(w.period)
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-timer.C:
+		case <-w.kick:
+		}
+		if !time.Now().Before(nextRenew) {
+			w.renewAll()
+			nextRenew = time.Now().Add(w.period)
+		}
+		timer.Reset(time.Until(w.expire(time.Now(), nextRenew)))
+	}
+}
+
+// expire reports lost every hold whose deadline has passed and returns when
+// the loop must wake next: at nextRenew or the earliest remaining deadline.
+func (w *watchdog) expire(now, nextRenew time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	next := nextRenew
+	for l := range w.leases {
+		switch {
+		case l.releasing:
+		case !now.Before(l.deadline):
+			if l.renew {
+				w.loseLocked(l, fmt.Errorf("%w: not renewed within the %v lease", ErrLost, l.ttl))
+			} else {
+				w.loseLocked(l, fmt.Errorf("%w: the %v lease expired", ErrLost, l.ttl))
+			}
+		case l.deadline.Before(next):
+			next = l.deadline
+		}
+	}
+	w.nextWake = next
+	return next
+}
+
+type renewBatchCall struct {
+	leases []*lease
+	keys   []string
+	args   []any
+}
+
+// renewAll renews every renewable hold: one script call per renewBatch keys
+// (per hash slot on a cluster), all sent in one pipeline.
+func (w *watchdog) renewAll() {
+	ttl := w.c.cfg.watchdog
+	batches, earliest := w.batches(millis(ttl))
+	if len(batches) == 0 {
+		return
+	}
+	// Give up on the round in time to report a lease that runs out meanwhile.
+	timeout := w.period
+	if d := time.Until(earliest); d < timeout {
+		timeout = max(d, 10*time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+
+	sent := time.Now()
+	cmds := w.send(ctx, batches)
+	w.rounds.Add(1)
+	w.calls.Add(int64(len(batches)))
+
+	var failed error
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, b := range batches {
+		res, err := cmds[i].Int64Slice()
+		if err != nil || len(res) != len(b.leases) {
+			if err == nil {
+				err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.leases))
+			}
+			failed = err
+			continue
+		}
+		for j, l := range b.leases {
+			if l.state != leaseHeld || l.releasing {
+				continue
+			}
+			if res[j] == 1 {
+				if d := sent.Add(ttl); d.After(l.deadline) {
+					l.deadline = d
+				}
+			} else {
+				w.loseLocked(l, fmt.Errorf("%w: renewal found the hold gone", ErrLost))
+			}
+		}
+	}
+	if failed != nil {
+		w.c.cfg.logger.Warn("dlock: lease renewal failed", "error", failed.Error())
+	}
+}
+
+// batches groups the renewable holds into script calls and returns the
+// earliest deadline among them.
+func (w *watchdog) batches(ttlMillis int64) ([]renewBatchCall, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []renewBatchCall
+	open := map[uint16]int{} // slot (or 0 off-cluster) -> index of its open batch
+	var earliest time.Time
+	for l := range w.leases {
+		if !l.renew || l.releasing {
+			continue
+		}
+		if earliest.IsZero() || l.deadline.Before(earliest) {
+			earliest = l.deadline
+		}
+		var s uint16
+		if w.c.cluster {
+			s = slot(l.key)
+		}
+		i, ok := open[s]
+		if !ok || len(out[i].keys) == renewBatch {
+			out = append(out, renewBatchCall{args: []any{ttlMillis}})
+			i = len(out) - 1
+			open[s] = i
+		}
+		b := &out[i]
+		b.leases = append(b.leases, l)
+		b.keys = append(b.keys, l.key)
+		b.args = append(b.args, l.spec)
+	}
+	return out, earliest
+}
+
+// send runs the batches, pipelined when there are several. When the server's
+// script cache is empty (SCRIPT FLUSH, restart, failover), the script is
+// loaded once and the pipeline sent again: 3 round trips, never per batch.
+func (w *watchdog) send(ctx context.Context, batches []renewBatchCall) []*redis.Cmd {
+	rdb := w.c.rdb
+	cmds := make([]*redis.Cmd, len(batches))
+	if len(batches) == 1 {
+		cmds[0] = scripts.Renew.Run(ctx, rdb, batches[0].keys, batches[0].args...)
+		return cmds
+	}
+	pipeline := func() {
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, b := range batches {
+				cmds[i] = scripts.Renew.EvalSha(ctx, p, b.keys, b.args...)
+			}
+			return nil
+		})
+	}
+	pipeline()
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			if scripts.Renew.Load(ctx, rdb).Err() == nil {
+				pipeline()
+			}
+			break
+		}
+	}
+	return cmds
+}
+
+// close stops the loop, waits for it, and reports every remaining hold lost
+// with a cause matching both ErrLost and ErrClosed, since nothing renews it
+// any more.
+func (w *watchdog) close() {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cause := fmt.Errorf("%w: %w", ErrLost, ErrClosed)
+	for l := range w.leases {
+		w.loseLocked(l, cause)
+	}
+}
