@@ -20,8 +20,8 @@ type lease struct {
 	state     leaseState
 	cause     error // why the hold ended, once it has
 
-	lost   chan struct{}      // closed when the hold is lost
-	ctx    context.Context    // cancelled when the hold ends, however it ends
+	lost   chan struct{}   // closed when the hold is lost
+	ctx    context.Context // cancelled when the hold ends, however it ends
 	cancel context.CancelCauseFunc
 }
 

@@ -36,9 +36,9 @@ type Server struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan error // receives cmd.Wait's result once
-	dir  string
-	port int
-	mini *miniredis.Miniredis
+	dir    string
+	port   int
+	mini   *miniredis.Miniredis
 }
 
 // Available reports whether a redis-server binary is on PATH.
