@@ -1,0 +1,102 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestBadInput_ClearErrorAndNothingSent(t *testing.T) {
+	e := sharedEnv(t)
+	cnt := newCounter()
+	rdb := e.rdb(cnt)
+	c := e.client(rdb)
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"mutex empty name", func() error { return c.Mutex("").Lock(ctx) }},
+		{"mutex name starting with }", func() error { return c.Mutex("}x").Lock(ctx) }},
+		{"mutex negative lease", func() error { return c.Mutex("ok", dlock.WithLease(-time.Second)).Lock(ctx) }},
+		{"mutex zero lease", func() error { _, err := c.Mutex("ok", dlock.WithLease(0)).TryLock(ctx); return err }},
+		{"mutex unlock empty name", func() error { return c.Mutex("").Unlock(ctx) }},
+		{"reentrant empty name", func() error { return c.ReentrantMutex("").Lock(ctx) }},
+		{"reentrant negative lease", func() error { return c.ReentrantMutex("ok", dlock.WithLease(-1)).Lock(ctx) }},
+		{"reentrant empty owner", func() error { return c.ReentrantMutex("ok").Lock(dlock.WithOwner(ctx, "")) }},
+		{"reentrant forceunlock empty name", func() error { _, err := c.ReentrantMutex("").ForceUnlock(ctx); return err }},
+		{"reentrant holdcount empty name", func() error { _, err := c.ReentrantMutex("").HoldCount(ctx); return err }},
+		{"nil client", func() error { return dlock.New(nil).Mutex("ok").Lock(ctx) }},
+		{"typed nil client", func() error { return dlock.New((*redis.Client)(nil)).ReentrantMutex("ok").Lock(ctx) }},
+		{"negative watchdog timeout", func() error { return dlock.New(rdb, dlock.WithWatchdogTimeout(-time.Second)).Mutex("ok").Lock(ctx) }},
+		{"prefix with brace", func() error { return dlock.New(rdb, dlock.WithKeyPrefix("a{b")).Mutex("ok").Lock(ctx) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			assert.ErrorIs(t, err, dlock.ErrInvalid)
+		})
+	}
+	assert.Zero(t, cnt.total(), "bad input must send nothing to Redis")
+}
+
+func TestBadInput_KeyOfWrongType_ErrorAndKeyUntouched(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	hashName, stringName := name(t)+"-hash", name(t)+"-string"
+	require.NoError(t, rdb.HSet(ctx, key(hashName), "user", "data").Err())
+	require.NoError(t, rdb.Set(ctx, key(stringName), "user data", 0).Err())
+
+	check := func(err error) {
+		t.Helper()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "not a lock of this kind")
+		assert.False(t, errors.Is(err, dlock.ErrNotObtained))
+	}
+	check(c.Mutex(hashName).Lock(ctx))
+	_, err := c.Mutex(hashName).TryLock(ctx)
+	check(err)
+	check(c.ReentrantMutex(stringName).Lock(ctx))
+	_, err = c.ReentrantMutex(stringName).TryLock(ctx)
+	check(err)
+	_, err = c.ReentrantMutex(stringName).ForceUnlock(ctx)
+	check(err)
+	_, err = c.ReentrantMutex(stringName).IsLocked(ctx)
+	check(err)
+
+	v, err := rdb.HGet(ctx, key(hashName), "user").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "data", v)
+	s, err := rdb.Get(ctx, key(stringName)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "user data", s)
+	ttl, err := rdb.TTL(ctx, key(stringName)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, time.Duration(-1), ttl, "no expiry added to a foreign key")
+}
+
+func TestBadInput_RedisDown_ErrorsNotPanics(t *testing.T) {
+	e := realEnv(t)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer rdb.Close()
+	c := dlock.New(rdb)
+	defer c.Close()
+	e.srv.Stop()
+	ctx := ctxTimeout(t, 5*time.Second)
+	assert.Error(t, c.Mutex("down").Lock(ctx))
+	_, err := c.Mutex("down").TryLock(ctx)
+	assert.Error(t, err)
+	assert.Error(t, c.ReentrantMutex("down").Lock(ctx))
+	_, err = c.ReentrantMutex("down").HoldCount(ctx)
+	assert.Error(t, err)
+}

@@ -1,0 +1,101 @@
+package dlock
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func pending(w *waiter) (wakeReason, bool) {
+	select {
+	case r := <-w.wake:
+		return r, true
+	default:
+		return 0, false
+	}
+}
+
+func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
+	var r waitRegistry
+	r.init()
+	w1, err := r.join("ch")
+	require.NoError(t, err)
+	w2, err := r.join("ch")
+	require.NoError(t, err)
+
+	r.wake("ch", 1, wakeRelease)
+	got, ok := pending(w1)
+	assert.True(t, ok)
+	assert.Equal(t, wakeRelease, got)
+	_, ok = pending(w2)
+	assert.False(t, ok, "one release wakes one waiter")
+
+	// A second release while w1 has not acted yet goes to the next waiter.
+	r.wake("ch", 1, wakeRelease)
+	_, ok = pending(w2)
+	assert.True(t, ok)
+}
+
+func TestWaitRegistry_WokenWaiterLeavingWithoutLock_PassesWakeOn(t *testing.T) {
+	var r waitRegistry
+	r.init()
+	w1, _ := r.join("ch")
+	w2, _ := r.join("ch")
+	r.wake("ch", 1, wakeRelease)
+	r.leave(w1, false) // cancelled before retrying
+	_, ok := pending(w2)
+	assert.True(t, ok, "the wake-up must not be swallowed")
+
+	w3, _ := r.join("ch")
+	r.attempt(w2)
+	r.leave(w2, true) // acquired: the wake-up was used
+	_, ok = pending(w3)
+	assert.False(t, ok)
+	r.leave(w3, false)
+	assert.Zero(t, r.waiting())
+	assert.Empty(t, r.queues, "an empty queue is removed")
+}
+
+func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
+	var r waitRegistry
+	r.init()
+	ws := make([]*waiter, 5)
+	for i := range ws {
+		ws[i], _ = r.join("ch")
+	}
+	other, _ := r.join("other")
+	r.wake("ch", 0, wakeSubscribed)
+	for _, w := range ws {
+		got, ok := pending(w)
+		assert.True(t, ok)
+		assert.Equal(t, wakeSubscribed, got)
+	}
+	_, ok := pending(other)
+	assert.False(t, ok)
+	r.close()
+	got, _ := pending(other)
+	assert.Equal(t, wakeClosed, got)
+	_, err := r.join("ch")
+	assert.ErrorIs(t, err, ErrClosed)
+}
+
+func TestParseRelease(t *testing.T) {
+	c := &Client{id: "abc|def"}
+	from, n := parseRelease(c.releaseMessage(3))
+	assert.Equal(t, "abc|def", from)
+	assert.Equal(t, 3, n)
+	from, n = parseRelease("garbage")
+	assert.Equal(t, "garbage", from)
+	assert.Equal(t, 1, n)
+}
+
+func TestSlot_MatchesRedisClusterHashTags(t *testing.T) {
+	// The examples of the CLUSTER KEYSLOT documentation.
+	assert.Equal(t, uint16(11058), slot("somekey"))
+	assert.Equal(t, uint16(2515), slot("foo{hash_tag}"))
+	assert.Equal(t, slot("hash_tag"), slot("foo{hash_tag}"))
+	assert.Equal(t, slot("bar"), slot("dlock:{bar}"))
+	assert.Equal(t, slot("dlock:{bar}"), slot("dlock:{bar}:ch"))
+	assert.NotEqual(t, slot("x{}y"), slot("x{}y:ch"), "an empty tag hashes the whole key")
+}
