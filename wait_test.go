@@ -219,4 +219,3 @@ func TestWait_TenThousandWaiters_OnePubSubConnection(t *testing.T) {
 	assert.EqualValues(t, keys*perKey, served.Load())
 	t.Logf("10,000 waiters on 1,000 keys: 1 pub/sub connection; all served %v after the mass release", time.Since(start))
 }
-
