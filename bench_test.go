@@ -1,0 +1,90 @@
+package dlock_test
+
+import (
+	"context"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func sharedServer(b *testing.B) *redistest.Server { return redistest.Shared(b) }
+
+func newBenchRDB(b *testing.B, srv *redistest.Server) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+// BenchmarkMutex_LockUnlock is an uncontended Lock+Unlock pair: two round
+// trips. BenchmarkPing_Pair is two PINGs on the same connection pool, the
+// floor it is measured against.
+func BenchmarkMutex_LockUnlock(b *testing.B) {
+	rdb := newBenchRDB(b, sharedServer(b))
+	c := dlock.New(rdb)
+	defer c.Close()
+	m := c.Mutex("bench-lockunlock")
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := m.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPing_Pair(b *testing.B) {
+	rdb := newBenchRDB(b, sharedServer(b))
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		rdb.Ping(ctx)
+		rdb.Ping(ctx)
+	}
+}
+
+// BenchmarkMutex_Handoff measures, per op, one handoff from a holder on one
+// Client to a waiter blocked on another: Unlock returning to Lock returning.
+// It reports p50 and p99 of that interval.
+func BenchmarkMutex_Handoff(b *testing.B) {
+	srv := sharedServer(b)
+	holder := dlock.New(newBenchRDB(b, srv))
+	waiterC := dlock.New(newBenchRDB(b, srv))
+	defer holder.Close()
+	defer waiterC.Close()
+	h, w := holder.Mutex("bench-handoff"), waiterC.Mutex("bench-handoff")
+	ctx := context.Background()
+	var lat []time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := h.Lock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			if err := w.Lock(ctx); err != nil {
+				b.Error(err)
+			}
+			got <- time.Now()
+		}()
+		time.Sleep(2 * time.Millisecond) // let it block
+		released := time.Now()
+		if err := h.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, (<-got).Sub(released))
+		if err := w.Unlock(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
