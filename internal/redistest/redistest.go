@@ -38,6 +38,7 @@ type Server struct {
 	exited chan error // receives cmd.Wait's result once
 	dir    string
 	port   int
+	args   []string // extra redis-server arguments
 	mini   *miniredis.Miniredis
 }
 
@@ -85,14 +86,14 @@ func Start(tb testing.TB) *Server {
 
 // StartProcess starts a redis-server process with no persistence on a free
 // loopback port, keeping its files in dir, and waits until it answers PING.
-func StartProcess(dir string) (*Server, error) {
+func StartProcess(dir string, args ...string) (*Server, error) {
 	var lastErr error
 	for range 5 { // a free port can be taken between probe and bind; try again
 		port, err := freePort()
 		if err != nil {
 			return nil, err
 		}
-		s := &Server{dir: dir, port: port, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+		s := &Server{dir: dir, port: port, args: args, Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
 		if lastErr = s.start(); lastErr == nil {
 			return s, nil
 		}
@@ -110,7 +111,7 @@ func freePort() (int, error) {
 }
 
 func (s *Server) start() error {
-	cmd := exec.Command("redis-server",
+	cmd := exec.Command("redis-server", append([]string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
@@ -121,7 +122,7 @@ func (s *Server) start() error {
 		"--enable-debug-command", "local",
 		"--maxclients", "20000",
 		"--loglevel", "warning",
-	)
+	}, s.args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -293,4 +294,13 @@ func (s *Server) Do(ctx context.Context, args ...any) (any, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer rdb.Close()
 	return rdb.Do(ctx, args...).Result()
+}
+
+func portFree(port int) bool {
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	_ = l.Close()
+	return true
 }
