@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"sync"
@@ -118,59 +119,59 @@ func waitGroupDone(wg *sync.WaitGroup) <-chan struct{} {
 	return ch
 }
 
-func TestWait_PubSubConnectionKilled_AllWaitersStillAcquire(t *testing.T) {
+// blockedScene is a lock held through one Client, with waiters blocked on it
+// through two others, on a dedicated redis-server that the test may hurt.
+type blockedScene struct {
+	e       *env
+	ctx     context.Context
+	holder  *dlock.Mutex
+	waiters int
+	served  atomic.Int32
+	wg      *sync.WaitGroup
+}
+
+func newBlockedScene(t *testing.T, perClient int, holderOpts ...dlock.Option) *blockedScene {
 	e := realEnv(t)
 	n := name(t)
-	holder := e.client(e.rdb()).Mutex(n) // 30s watchdog lease: no timer rescues a stranded waiter
+	s := &blockedScene{e: e, ctx: ctxTimeout(t, 30*time.Second), waiters: 2 * perClient}
+	s.holder = e.client(e.rdb(), holderOpts...).Mutex(n)
+	require.NoError(t, s.holder.Lock(s.ctx))
 	clients := []*dlock.Client{e.client(e.rdb()), e.client(e.rdb())}
-	ctx := ctxTimeout(t, 30*time.Second)
-	require.NoError(t, holder.Lock(ctx))
-	var served atomic.Int32
-	wg := blockWaiters(t, clients, n, 5, &served)
-	time.Sleep(300 * time.Millisecond)
-	require.Equal(t, 2, pubsubConns(t, e.rdb()), "one pub/sub connection per Client")
+	s.wg = blockWaiters(t, clients, n, perClient, &s.served) // any error, NOSCRIPT included, fails the test
+	time.Sleep(300 * time.Millisecond)                       // all blocked and subscribed
+	return s
+}
 
-	killed, err := e.srv.Do(ctx, "client", "kill", "type", "pubsub")
+func (s *blockedScene) allServed(t *testing.T, d time.Duration, what string) {
+	t.Helper()
+	within(t, waitGroupDone(s.wg), d, what)
+	assert.EqualValues(t, s.waiters, s.served.Load())
+}
+
+func TestWait_PubSubConnectionKilled_AllWaitersStillAcquire(t *testing.T) {
+	s := newBlockedScene(t, 5) // 30s watchdog lease: no timer rescues a stranded waiter
+	require.Equal(t, 2, pubsubConns(t, s.e.rdb()), "one pub/sub connection per Client")
+	killed, err := s.e.srv.Do(s.ctx, "client", "kill", "type", "pubsub")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, killed)
 	// Release at once: the message is published while no one is subscribed.
-	require.NoError(t, holder.Unlock(ctx))
-	within(t, waitGroupDone(wg), 10*time.Second, "all waiters acquiring after CLIENT KILL TYPE pubsub")
-	assert.EqualValues(t, 10, served.Load())
+	require.NoError(t, s.holder.Unlock(s.ctx))
+	s.allServed(t, 10*time.Second, "all waiters acquiring after CLIENT KILL TYPE pubsub")
 }
 
 func TestWait_ScriptFlushWhileBlocked_AllWaitersAcquireWithoutNoScript(t *testing.T) {
-	e := realEnv(t)
-	n := name(t)
-	holder := e.client(e.rdb()).Mutex(n)
-	clients := []*dlock.Client{e.client(e.rdb()), e.client(e.rdb())}
-	ctx := ctxTimeout(t, 30*time.Second)
-	require.NoError(t, holder.Lock(ctx))
-	var served atomic.Int32
-	wg := blockWaiters(t, clients, n, 5, &served) // errors, NOSCRIPT included, fail the test
-	time.Sleep(300 * time.Millisecond)
-	_, err := e.srv.Do(ctx, "script", "flush")
+	s := newBlockedScene(t, 5)
+	_, err := s.e.srv.Do(s.ctx, "script", "flush")
 	require.NoError(t, err)
-	require.NoError(t, holder.Unlock(ctx))
-	within(t, waitGroupDone(wg), 10*time.Second, "all waiters acquiring after SCRIPT FLUSH")
-	assert.EqualValues(t, 10, served.Load())
+	require.NoError(t, s.holder.Unlock(s.ctx))
+	s.allServed(t, 10*time.Second, "all waiters acquiring after SCRIPT FLUSH")
 }
 
 func TestWait_RedisRestartWhileBlocked_WaitersAcquireAndHolderLearnsLoss(t *testing.T) {
-	e := realEnv(t)
-	n := name(t)
-	holder := e.client(e.rdb(), dlock.WithWatchdogTimeout(1500*time.Millisecond)).Mutex(n)
-	clients := []*dlock.Client{e.client(e.rdb()), e.client(e.rdb())}
-	ctx := ctxTimeout(t, 30*time.Second)
-	require.NoError(t, holder.Lock(ctx))
-	var served atomic.Int32
-	wg := blockWaiters(t, clients, n, 3, &served)
-	time.Sleep(300 * time.Millisecond)
-
-	e.srv.Restart(t) // empty dataset, empty script cache, every connection dropped
-	within(t, waitGroupDone(wg), 15*time.Second, "all waiters acquiring after a restart")
-	assert.EqualValues(t, 6, served.Load())
-	within(t, holder.Lost(), 5*time.Second, "the holder's lost signal after the restart")
+	s := newBlockedScene(t, 3, dlock.WithWatchdogTimeout(1500*time.Millisecond))
+	s.e.srv.Restart(t) // empty dataset, empty script cache, every connection dropped
+	s.allServed(t, 15*time.Second, "all waiters acquiring after a restart")
+	within(t, s.holder.Lost(), 5*time.Second, "the holder's lost signal after the restart")
 }
 
 func TestWait_TenThousandWaiters_OnePubSubConnection(t *testing.T) {

@@ -69,8 +69,8 @@ func Cluster(tb testing.TB, masters int) []string {
 	defer rdb.Close()
 	for {
 		err := rdb.ForEachShard(ctx, func(ctx context.Context, c *redis.Client) error { return c.Ping(ctx).Err() })
-		slots, serr := rdb.ClusterSlots(ctx).Result()
-		if err == nil && serr == nil && len(slots) == masters {
+		shards, serr := rdb.ClusterShards(ctx).Result()
+		if err == nil && serr == nil && len(shards) == masters {
 			return addrs
 		}
 		if ctx.Err() != nil {
