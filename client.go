@@ -20,6 +20,7 @@ type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
 	id      string // random; prefixes every owner ID and tags release messages
+	oneMsg  string // the release message that wakes one waiter
 	err     error  // set by New for a nil client or a bad option
 	cluster bool   // scripts must then be batched per hash slot
 
@@ -28,7 +29,8 @@ type Client struct {
 	wd    *watchdog
 
 	holdsMu sync.Mutex
-	holds   map[string]*lease // reentrant holds, by holdKey(key, owner)
+	holds   map[string]*lease     // reentrant holds, by holdKey(key, owner)
+	gates   map[string]*ownerGate // serializes each owner's calls, by holdKey
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -48,7 +50,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			o(&cfg)
 		}
 	}
-	c := &Client{rdb: rdb, cfg: cfg, id: rand.Text(), err: cfg.err, holds: make(map[string]*lease)}
+	c := &Client{rdb: rdb, cfg: cfg, id: rand.Text(), err: cfg.err, holds: make(map[string]*lease), gates: make(map[string]*ownerGate)}
 	if isNil(rdb) {
 		c.err = invalidf("nil redis client")
 	}
@@ -57,6 +59,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		return c
 	}
 	_, c.cluster = rdb.(*redis.ClusterClient)
+	c.oneMsg = c.id + "|1"
 	c.waits.init()
 	c.hub = pubsub.New(rdb, hubHandler{c}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
 	c.wd = newWatchdog(c)
@@ -117,15 +120,44 @@ type hubHandler struct{ c *Client }
 // Message wakes waiters after a release elsewhere. A release by this Client
 // already woke its local waiter directly, so its echo is ignored.
 func (h hubHandler) Message(channel, payload string) {
-	from, n := parseRelease(payload)
+	from, spec := parseRelease(payload)
 	if from == h.c.id {
 		return
 	}
-	h.c.waits.wake(channel, n, wakeRelease)
+	h.c.waits.wake(channel, spec, wakeRelease)
 }
 
 // Subscribed wakes every waiter on channel: any release before the
 // confirmation may have been missed, so each must look again.
 func (h hubHandler) Subscribed(channel string) {
-	h.c.waits.wake(channel, 0, wakeSubscribed)
+	h.c.waits.wake(channel, wakeSpec{}, wakeSubscribed)
+}
+
+// ownerGate orders the calls of one owner on one lock through this Client, so
+// that the results of its round trips are recorded in the order the server
+// applied them.
+type ownerGate struct {
+	mu   sync.Mutex
+	refs int // guarded by Client.holdsMu
+}
+
+// gate locks the gate of hk and returns its unlock.
+func (c *Client) gate(hk string) (unlock func()) {
+	c.holdsMu.Lock()
+	g := c.gates[hk]
+	if g == nil {
+		g = &ownerGate{}
+		c.gates[hk] = g
+	}
+	g.refs++
+	c.holdsMu.Unlock()
+	g.mu.Lock()
+	return func() {
+		g.mu.Unlock()
+		c.holdsMu.Lock()
+		if g.refs--; g.refs == 0 {
+			delete(c.gates, hk)
+		}
+		c.holdsMu.Unlock()
+	}
 }

@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/pubsub"
 )
 
 // Sentinel errors. Test for them with errors.Is: dlock wraps them with the
@@ -52,4 +56,24 @@ func redisErr(op, name, key string, err error) error {
 		return fmt.Errorf("dlock: %s %q: key %q exists and is not a lock of this kind: %w", op, name, key, err)
 	}
 	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+}
+
+// isRedisError reports whether err is a reply from Redis, as opposed to a
+// transport failure after which a command's outcome is unknown.
+func isRedisError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// closedErr is the error of a call that met a closed Client.
+func closedErr(op, name string) error {
+	return fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+}
+
+// waitErr maps errors of the wait machinery to dlock's sentinels.
+func waitErr(op, name string, err error) error {
+	if errors.Is(err, ErrClosed) || errors.Is(err, pubsub.ErrClosed) {
+		return closedErr(op, name)
+	}
+	return fmt.Errorf("dlock: %s %q: subscribe: %w", op, name, err)
 }

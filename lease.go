@@ -10,7 +10,8 @@ import (
 type lease struct {
 	name  string // the lock's name, for logs and errors
 	key   string
-	spec  string        // what renew.lua checks: "s<token>" or "h<owner>"
+	extra []string      // further keys the renewal needs (kind 'R')
+	spec  string        // what renew.lua checks, e.g. "s<token>"; see renew.lua
 	renew bool          // renewed by the watchdog (no WithLease)
 	ttl   time.Duration // the lease the server applies
 
@@ -19,6 +20,8 @@ type lease struct {
 	releasing bool      // an unlock is in flight: a missing key is expected
 	state     leaseState
 	cause     error // why the hold ended, once it has
+
+	count int64 // reentrant holds the server counts; guarded by the owner's gate
 
 	lost   chan struct{}   // closed when the hold is lost
 	ctx    context.Context // cancelled when the hold ends, however it ends

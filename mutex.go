@@ -67,10 +67,10 @@ func (m *Mutex) Lock(ctx context.Context) error {
 	sent := time.Now()
 	ok, err := m.c.rdb.SetNX(nc, m.key, token, ttl).Result()
 	if err != nil {
-		return redisErr("lock", m.name, m.key, err)
+		return m.unknownOutcome(nc, token, err)
 	}
 	if !ok {
-		err := m.c.wait(ctx, "lock", m.name, m.channel, 0, func() (bool, time.Duration, error) {
+		err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{}, 0, func() (bool, time.Duration, error) {
 			sent = time.Now()
 			return m.try(nc, token, ttl)
 		})
@@ -108,12 +108,23 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 func (m *Mutex) try(ctx context.Context, token string, ttl time.Duration) (bool, time.Duration, error) {
 	v, err := scripts.MutexTry.Run(ctx, m.c.rdb, []string{m.key}, token, millis(ttl)).Int64()
 	if err != nil {
-		return false, 0, redisErr("lock", m.name, m.key, err)
+		return false, 0, m.unknownOutcome(ctx, token, err)
 	}
 	if v >= 1 {
 		return true, 0, nil
 	}
 	return false, time.Duration(-v) * time.Millisecond, nil
+}
+
+// unknownOutcome handles an acquisition that failed in transit: Redis may
+// have granted it with no reply arriving. The token is unique to this
+// attempt, so deleting the key if it holds the token is always safe, and it
+// keeps a failed Lock from leaving a hold behind.
+func (m *Mutex) unknownOutcome(ctx context.Context, token string, err error) error {
+	if !isRedisError(err) {
+		_, _ = m.release(ctx, token)
+	}
+	return redisErr("lock", m.name, m.key, err)
 }
 
 // acquired records a hold the server granted, unless ctx ended meanwhile, in
@@ -133,17 +144,20 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 		// unlocked had already expired or been deleted.
 		m.c.wd.lose(old, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
 	}
-	m.c.wd.add(l)
+	if !m.c.wd.add(l) {
+		_, _ = m.release(context.Background(), token)
+		return fmt.Errorf("dlock: lock %q: %w", m.name, ErrClosed)
+	}
 	return nil
 }
 
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, []string{m.key, m.channel}, token, m.c.releaseMessage(1)).Int64()
+	n, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, []string{m.key, m.channel}, token, m.c.releaseOne()).Int64()
 	if err != nil {
 		return false, redisErr("unlock", m.name, m.key, err)
 	}
 	if n == 1 {
-		m.c.waits.wake(m.channel, 1, wakeLocal)
+		m.c.waits.wake(m.channel, wakeOne, wakeLocal)
 	}
 	return n == 1, nil
 }
@@ -182,8 +196,8 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 		m.c.wd.lose(l, fmt.Errorf("%w: hold gone at unlock", ErrLost))
 		return fmt.Errorf("dlock: unlock %q: %w: %w", m.name, ErrLost, ErrNotHeld)
 	}
-	if !m.c.wd.released(l) {
-		return fmt.Errorf("dlock: unlock %q: %w", m.name, m.c.wd.lostCause(l))
+	if cause := m.c.wd.released(l); cause != nil {
+		return fmt.Errorf("dlock: unlock %q: %w", m.name, cause)
 	}
 	return nil
 }

@@ -18,6 +18,8 @@ const (
 	// subscriptionLinger keeps a lock's channel subscribed after its last
 	// waiter leaves, so a hot lock does not re-subscribe for every wait.
 	subscriptionLinger = 5 * time.Second
+	// subscribeTimeout bounds a waiter's SUBSCRIBE on the shared connection.
+	subscribeTimeout = 5 * time.Second
 )
 
 // Option configures a Client. See New.

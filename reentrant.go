@@ -82,28 +82,12 @@ func (r *ReentrantMutex) Lock(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return notObtained("lock", r.name, ctx)
 	}
-	ttl, renew := r.c.leaseOf(r.lc)
-	nc := context.WithoutCancel(ctx)
-	var (
-		sent  time.Time
-		count int64
-	)
-	try := func() (bool, time.Duration, error) {
-		sent = time.Now()
-		n, left, err := r.try(nc, owner, ttl)
-		count = n
-		return n > 0, left, err
-	}
+	try := func() (bool, time.Duration, error) { return r.attempt(ctx, owner) }
 	ok, left, err := try()
-	if err != nil {
+	if err != nil || ok {
 		return err
 	}
-	if !ok {
-		if err := r.c.wait(ctx, "lock", r.name, r.channel, left, try); err != nil {
-			return err
-		}
-	}
-	return r.acquired(ctx, owner, count, ttl, renew, sent)
+	return r.c.wait(ctx, "lock", r.name, r.channel, waitAs{}, left, try)
 }
 
 // TryLock takes or re-enters the lock if no other owner holds it, and
@@ -117,64 +101,91 @@ func (r *ReentrantMutex) TryLock(ctx context.Context) (bool, error) {
 	if ctx.Err() != nil {
 		return false, notObtained("trylock", r.name, ctx)
 	}
-	ttl, renew := r.c.leaseOf(r.lc)
-	sent := time.Now()
-	n, _, err := r.try(context.WithoutCancel(ctx), owner, ttl)
-	if err != nil || n == 0 {
-		return false, err
-	}
-	if err := r.acquired(ctx, owner, n, ttl, renew, sent); err != nil {
-		return false, err
-	}
-	return true, nil
+	ok, _, err := r.attempt(ctx, owner)
+	return ok && err == nil, err
 }
 
-// try returns the owner's new hold count, or 0 and the holder's remaining
-// lease.
-func (r *ReentrantMutex) try(ctx context.Context, owner string, ttl time.Duration) (int64, time.Duration, error) {
-	v, err := scripts.ReentrantTry.Run(ctx, r.c.rdb, []string{r.key}, owner, millis(ttl)).Int64()
-	if err != nil {
-		return 0, 0, redisErr("lock", r.name, r.key, err)
-	}
-	if v >= 1 {
-		return v, 0, nil
-	}
-	return 0, time.Duration(-v) * time.Millisecond, nil
-}
-
-// acquired records the owner's hold. A first hold (count 1) gets a new lease;
-// a re-entry keeps the existing one. If ctx ended meanwhile, the hold just
-// added is given back.
-func (r *ReentrantMutex) acquired(ctx context.Context, owner string, count int64, ttl time.Duration, renew bool, sent time.Time) error {
-	if ctx.Err() != nil {
-		_, _ = r.release(context.WithoutCancel(ctx), owner)
-		return notObtained("lock", r.name, ctx)
-	}
+// attempt makes one acquisition attempt and records its outcome. The owner's
+// gate orders it with the owner's other calls on this Client, so that the
+// locally tracked hold count follows the server's.
+func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.Duration, error) {
 	hk := holdKey(r.key, owner)
+	defer r.c.gate(hk)()
+	ttl, renew := r.c.leaseOf(r.lc)
+	nc := context.WithoutCancel(ctx) // a try's outcome must be known
+	sent := time.Now()
+	v, err := scripts.ReentrantTry.Run(nc, r.c.rdb, []string{r.key}, owner, millis(ttl)).Int64()
+	if err != nil {
+		if !isRedisError(err) {
+			r.reconcile(nc, owner, hk)
+		}
+		return false, 0, redisErr("lock", r.name, r.key, err)
+	}
+	if v < 1 {
+		return false, time.Duration(-v) * time.Millisecond, nil
+	}
+	if ctx.Err() != nil {
+		// Granted after ctx ended: give the hold back, so that an error
+		// return leaves the count as it was.
+		_, _ = r.release(nc, owner)
+		return false, 0, notObtained("lock", r.name, ctx)
+	}
+	return true, 0, r.acquired(owner, hk, v, ttl, renew, sent)
+}
+
+// acquired records that the server now counts n holds for the owner. A first
+// hold (n == 1) gets a new lease; a re-entry updates the count. Called with
+// the owner's gate held.
+func (r *ReentrantMutex) acquired(owner, hk string, n int64, ttl time.Duration, renew bool, sent time.Time) error {
 	c := r.c
 	c.holdsMu.Lock()
 	old := c.holds[hk]
-	if count > 1 && old != nil && c.wd.isHeld(old) {
+	if n > 1 && old != nil && c.wd.isHeld(old) {
+		old.count = n
 		c.holdsMu.Unlock()
 		return nil
 	}
 	l := newLease(r.name, r.key, "h"+owner, renew, ttl, sent)
+	l.count = n
 	c.holds[hk] = l
 	c.holdsMu.Unlock()
 	if old != nil {
-		c.wd.dropped(old)
+		// The server had no hold for the owner although this Client still
+		// tracked one: that hold was lost and its holder must hear of it.
+		c.wd.lose(old, fmt.Errorf("%w: hold gone before the owner locked again", ErrLost))
 	}
-	c.wd.add(l)
+	if !c.wd.add(l) {
+		_, _ = r.release(context.Background(), owner)
+		return fmt.Errorf("dlock: lock %q: %w", r.name, ErrClosed)
+	}
 	return nil
 }
 
+// reconcile runs after an acquisition whose reply was lost: if the server
+// counts one hold more than this Client knew of, the attempt went through,
+// and since the caller gets an error, that hold is given back. The owner's
+// gate is held, and only this Client writes the owner's field, so the
+// difference can only come from that attempt.
+func (r *ReentrantMutex) reconcile(ctx context.Context, owner, hk string) {
+	var known int64
+	r.c.holdsMu.Lock()
+	if l := r.c.holds[hk]; l != nil {
+		known = l.count
+	}
+	r.c.holdsMu.Unlock()
+	cur, err := r.c.rdb.HGet(ctx, r.key, owner).Int64()
+	if err == nil && cur == known+1 {
+		_, _ = r.release(ctx, owner)
+	}
+}
+
 func (r *ReentrantMutex) release(ctx context.Context, owner string) (int64, error) {
-	n, err := scripts.ReentrantUnlock.Run(ctx, r.c.rdb, []string{r.key, r.channel}, owner, r.c.releaseMessage(1)).Int64()
+	n, err := scripts.ReentrantUnlock.Run(ctx, r.c.rdb, []string{r.key, r.channel}, owner, r.c.releaseOne()).Int64()
 	if err != nil {
 		return 0, redisErr("unlock", r.name, r.key, err)
 	}
 	if n == 0 {
-		r.c.waits.wake(r.channel, 1, wakeLocal)
+		r.c.waits.wake(r.channel, wakeOne, wakeLocal)
 	}
 	return n, nil
 }
@@ -190,8 +201,9 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	hk := holdKey(r.key, owner)
 	c := r.c
+	hk := holdKey(r.key, owner)
+	defer c.gate(hk)()
 	c.holdsMu.Lock()
 	l := c.holds[hk]
 	c.holdsMu.Unlock()
@@ -206,11 +218,13 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) error {
 		return err
 	}
 	if n > 0 {
-		if l != nil {
-			c.wd.abortRelease(l) // still held: renewals go on
-			if cause := c.wd.lostCause(l); cause != nil {
-				return fmt.Errorf("dlock: unlock %q: %w", r.name, cause)
-			}
+		if l == nil {
+			return nil
+		}
+		c.wd.abortRelease(l) // still held: renewals go on
+		l.count = n
+		if cause := c.wd.lostCause(l); cause != nil {
+			return fmt.Errorf("dlock: unlock %q: %w", r.name, cause)
 		}
 		return nil
 	}
@@ -227,8 +241,10 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) error {
 	case n < 0:
 		c.wd.lose(l, fmt.Errorf("%w: hold gone at unlock", ErrLost))
 		return fmt.Errorf("dlock: unlock %q: %w: %w", r.name, ErrLost, ErrNotHeld)
-	case l != nil && !c.wd.released(l):
-		return fmt.Errorf("dlock: unlock %q: %w", r.name, c.wd.lostCause(l))
+	case l != nil:
+		if cause := c.wd.released(l); cause != nil {
+			return fmt.Errorf("dlock: unlock %q: %w", r.name, cause)
+		}
 	}
 	return nil
 }
@@ -289,14 +305,14 @@ func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	n, err := scripts.ForceUnlock.Run(context.WithoutCancel(ctx), r.c.rdb, []string{r.key, r.channel},
-		r.c.releaseMessage(1), "hash").Int64()
+		r.c.releaseOne(), "hash").Int64()
 	if err != nil {
 		return false, redisErr("forceunlock", r.name, r.key, err)
 	}
 	if n == 0 {
 		return false, nil
 	}
-	r.c.waits.wake(r.channel, 1, wakeLocal)
+	r.c.waits.wake(r.channel, wakeOne, wakeLocal)
 	c := r.c
 	prefix := r.key + "\x00"
 	c.holdsMu.Lock()

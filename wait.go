@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,10 +24,12 @@ import (
 //     fallback when a message is lost or a lease simply expires), or ctx.
 //     Then it retries.
 //
-// A release message names how many waiters to wake; each Client wakes that
-// many of its own, oldest first. A waiter that was woken but leaves without
-// acquiring passes its wake-up on, so a cancelled waiter never swallows a
-// release that the next one needed.
+// A release message says whom to wake: a number of waiters (oldest first),
+// optionally only those of one kind (readers or writers of an RWMutex), or a
+// list of waiter IDs (semaphore waiters the freed permits can serve). Each
+// Client applies it to its own waiters. A waiter that was woken but leaves
+// without acquiring passes its wake-up on, so a cancelled waiter never
+// swallows a release that the next one needed.
 
 type wakeReason uint8
 
@@ -39,12 +40,38 @@ const (
 	wakeClosed                           // the Client is closing
 )
 
+// Waiter kinds, for release messages that wake only one kind.
+const (
+	kindAny    byte = 0
+	kindReader byte = 'r'
+	kindWriter byte = 'w'
+)
+
 type waiter struct {
 	wake       chan wakeReason // buffered 1; sent to with waitRegistry.mu held
 	woken      bool            // a wake-up is pending and not yet acted on
 	channel    string
+	kind       byte   // kindAny, kindReader or kindWriter
+	id         string // optional: the ID a release message may name
 	prev, next *waiter
 }
+
+// waitAs describes a waiter to the registry: its kind, and the ID under
+// which release messages may name it ("" for none).
+type waitAs struct {
+	kind byte
+	id   string
+}
+
+// wakeSpec is whom a release wakes: the waiters named in ids, or else n
+// waiters (0: all) of the given kind (kindAny: any kind).
+type wakeSpec struct {
+	n    int
+	kind byte
+	ids  []string
+}
+
+var wakeOne = wakeSpec{n: 1}
 
 type waitQueue struct{ head, tail *waiter }
 
@@ -52,18 +79,25 @@ type waitQueue struct{ head, tail *waiter }
 type waitRegistry struct {
 	mu     sync.Mutex
 	queues map[string]*waitQueue
+	byID   map[string]*waiter
 	count  int
 	closed bool
 }
 
-func (r *waitRegistry) init() { r.queues = make(map[string]*waitQueue) }
+func (r *waitRegistry) init() {
+	r.queues = make(map[string]*waitQueue)
+	r.byID = make(map[string]*waiter)
+}
 
-func (r *waitRegistry) join(channel string) (*waiter, error) {
-	w := &waiter{wake: make(chan wakeReason, 1), channel: channel}
+func (r *waitRegistry) join(channel string, as waitAs) (*waiter, error) {
+	w := &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return nil, ErrClosed
+	}
+	if w.id != "" {
+		r.byID[w.id] = w
 	}
 	q := r.queues[channel]
 	if q == nil {
@@ -97,12 +131,15 @@ func (r *waitRegistry) leave(w *waiter, acquired bool) {
 		q.tail = w.prev
 	}
 	r.count--
+	if w.id != "" {
+		delete(r.byID, w.id)
+	}
 	if q.head == nil {
 		delete(r.queues, w.channel)
 		return
 	}
 	if w.woken && !acquired {
-		r.wakeLocked(q, 1, wakeLocal)
+		r.wakeLocked(q, wakeSpec{n: 1, kind: w.kind}, wakeLocal)
 	}
 }
 
@@ -117,28 +154,43 @@ func (r *waitRegistry) attempt(w *waiter) {
 	r.mu.Unlock()
 }
 
-// wake wakes up to n waiters of channel that have no wake-up pending, oldest
-// first; n <= 0 wakes them all.
-func (r *waitRegistry) wake(channel string, n int, why wakeReason) {
+// wake wakes the waiters of channel that spec names. Counted wake-ups skip
+// waiters that already have one pending, oldest first; spec.n <= 0 wakes all
+// waiters of the kind.
+func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) {
 	r.mu.Lock()
-	if q := r.queues[channel]; q != nil {
-		r.wakeLocked(q, n, why)
+	defer r.mu.Unlock()
+	if len(spec.ids) > 0 {
+		for _, id := range spec.ids {
+			if w := r.byID[id]; w != nil && w.channel == channel {
+				w.signal(why)
+			}
+		}
+		return
 	}
-	r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		r.wakeLocked(q, spec, why)
+	}
 }
 
-func (r *waitRegistry) wakeLocked(q *waitQueue, n int, why wakeReason) {
+func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) {
 	woke := 0
-	for w := q.head; w != nil && (n <= 0 || woke < n); w = w.next {
-		if w.woken && n > 0 {
+	for w := q.head; w != nil && (spec.n <= 0 || woke < spec.n); w = w.next {
+		if spec.kind != kindAny && w.kind != spec.kind || w.woken && spec.n > 0 {
 			continue
 		}
-		w.woken = true
-		select {
-		case w.wake <- why:
-		default:
-		}
+		w.signal(why)
 		woke++
+	}
+}
+
+// signal marks w woken and delivers why unless a wake-up is already pending.
+// Called with waitRegistry.mu held.
+func (w *waiter) signal(why wakeReason) {
+	w.woken = true
+	select {
+	case w.wake <- why:
+	default:
 	}
 }
 
@@ -171,15 +223,19 @@ type tryFunc func() (ok bool, left time.Duration, err error)
 
 // wait blocks until try succeeds, ctx ends, or the Client closes, following
 // the protocol above. left is what the caller's first, failed try returned.
-func (c *Client) wait(ctx context.Context, op, name, channel string, left time.Duration, try tryFunc) error {
-	w, err := c.waits.join(channel)
+func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, left time.Duration, try tryFunc) error {
+	w, err := c.waits.join(channel, as)
 	if err != nil {
-		return err
+		return waitErr(op, name, err)
 	}
-	confirmed, err := c.hub.Acquire(context.WithoutCancel(ctx), channel)
+	// The subscription is the Client's, not the caller's: a deadline in ctx
+	// must not cut a write on the shared connection short.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
+	confirmed, err := c.hub.Acquire(sctx, channel)
+	cancel()
 	if err != nil {
 		c.waits.leave(w, false)
-		return fmt.Errorf("dlock: %s %q: subscribe: %w", op, name, err)
+		return waitErr(op, name, err)
 	}
 	acquired := false
 	defer func() {
@@ -187,7 +243,13 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, left time.D
 		c.hub.Release(channel)
 	}()
 
-	timer := time.NewTimer(c.retryAfter(left))
+	first := c.retryAfter(left)
+	if !confirmed {
+		// Normally the confirmation wakes the waiter within a round trip;
+		// should it never come, look again soon rather than at the lease.
+		first = min(first, time.Second)
+	}
+	timer := time.NewTimer(first)
 	defer timer.Stop()
 	for retry := confirmed; ; retry = true {
 		if retry {
@@ -205,7 +267,7 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, left time.D
 		select {
 		case why := <-w.wake:
 			if why == wakeClosed {
-				return ErrClosed
+				return closedErr(op, name)
 			}
 		case <-timer.C:
 		case <-ctx.Done():
@@ -225,20 +287,26 @@ func (c *Client) retryAfter(left time.Duration) time.Duration {
 	return left + time.Millisecond
 }
 
-// releaseMessage is published when a lock is released: the releasing
-// Client's ID, and how many waiters each Client should wake (0: all).
-func (c *Client) releaseMessage(n int) string {
-	return c.id + "|" + strconv.Itoa(n)
-}
+// releaseOne is the message of a release that lets one waiter proceed.
+// Release messages read "from|n|kind|id,id,...": the releasing Client's ID,
+// how many waiters to wake (0: all), of which kind ("", "r" or "w"), or the
+// IDs of the waiters to wake. Trailing fields may be left out. Scripts that
+// decide whom to wake build the message themselves from the Client ID.
+func (c *Client) releaseOne() string { return c.oneMsg }
 
-func parseRelease(payload string) (from string, n int) {
-	i := strings.LastIndexByte(payload, '|')
-	if i < 0 {
-		return payload, 1
+func parseRelease(payload string) (from string, spec wakeSpec) {
+	from, rest, _ := strings.Cut(payload, "|")
+	nField, rest, _ := strings.Cut(rest, "|")
+	kindField, idsField, _ := strings.Cut(rest, "|")
+	spec.n = 1
+	if n, err := strconv.Atoi(nField); err == nil {
+		spec.n = n
 	}
-	n, err := strconv.Atoi(payload[i+1:])
-	if err != nil {
-		n = 1
+	if len(kindField) == 1 {
+		spec.kind = kindField[0]
 	}
-	return payload[:i], n
+	if idsField != "" {
+		spec.ids = strings.Split(idsField, ",")
+	}
+	return from, spec
 }

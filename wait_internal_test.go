@@ -19,12 +19,12 @@ func pending(w *waiter) (wakeReason, bool) {
 func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
 	var r waitRegistry
 	r.init()
-	w1, err := r.join("ch")
+	w1, err := r.join("ch", waitAs{})
 	require.NoError(t, err)
-	w2, err := r.join("ch")
+	w2, err := r.join("ch", waitAs{})
 	require.NoError(t, err)
 
-	r.wake("ch", 1, wakeRelease)
+	r.wake("ch", wakeOne, wakeRelease)
 	got, ok := pending(w1)
 	assert.True(t, ok)
 	assert.Equal(t, wakeRelease, got)
@@ -32,7 +32,7 @@ func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
 	assert.False(t, ok, "one release wakes one waiter")
 
 	// A second release while w1 has not acted yet goes to the next waiter.
-	r.wake("ch", 1, wakeRelease)
+	r.wake("ch", wakeOne, wakeRelease)
 	_, ok = pending(w2)
 	assert.True(t, ok)
 }
@@ -40,14 +40,14 @@ func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
 func TestWaitRegistry_WokenWaiterLeavingWithoutLock_PassesWakeOn(t *testing.T) {
 	var r waitRegistry
 	r.init()
-	w1, _ := r.join("ch")
-	w2, _ := r.join("ch")
-	r.wake("ch", 1, wakeRelease)
+	w1, _ := r.join("ch", waitAs{})
+	w2, _ := r.join("ch", waitAs{})
+	r.wake("ch", wakeOne, wakeRelease)
 	r.leave(w1, false) // cancelled before retrying
 	_, ok := pending(w2)
 	assert.True(t, ok, "the wake-up must not be swallowed")
 
-	w3, _ := r.join("ch")
+	w3, _ := r.join("ch", waitAs{})
 	r.attempt(w2)
 	r.leave(w2, true) // acquired: the wake-up was used
 	_, ok = pending(w3)
@@ -62,10 +62,10 @@ func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
 	r.init()
 	ws := make([]*waiter, 5)
 	for i := range ws {
-		ws[i], _ = r.join("ch")
+		ws[i], _ = r.join("ch", waitAs{})
 	}
-	other, _ := r.join("other")
-	r.wake("ch", 0, wakeSubscribed)
+	other, _ := r.join("other", waitAs{})
+	r.wake("ch", wakeSpec{}, wakeSubscribed)
 	for _, w := range ws {
 		got, ok := pending(w)
 		assert.True(t, ok)
@@ -76,18 +76,48 @@ func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
 	r.close()
 	got, _ := pending(other)
 	assert.Equal(t, wakeClosed, got)
-	_, err := r.join("ch")
+	_, err := r.join("ch", waitAs{})
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
 func TestParseRelease(t *testing.T) {
-	c := &Client{id: "abc|def"}
-	from, n := parseRelease(c.releaseMessage(3))
-	assert.Equal(t, "abc|def", from)
-	assert.Equal(t, 3, n)
-	from, n = parseRelease("garbage")
+	c := &Client{id: "ABC", oneMsg: "ABC|1"}
+	from, spec := parseRelease(c.releaseOne())
+	assert.Equal(t, "ABC", from)
+	assert.Equal(t, wakeOne, spec)
+	_, spec = parseRelease("ABC|0|r")
+	assert.Equal(t, wakeSpec{n: 0, kind: kindReader}, spec)
+	_, spec = parseRelease("ABC|2||X1,Y2")
+	assert.Equal(t, wakeSpec{n: 2, ids: []string{"X1", "Y2"}}, spec)
+	from, spec = parseRelease("garbage")
 	assert.Equal(t, "garbage", from)
-	assert.Equal(t, 1, n)
+	assert.Equal(t, wakeOne, spec)
+}
+
+func TestWaitRegistry_KindAndIDWakeOnlyThoseNamed(t *testing.T) {
+	var r waitRegistry
+	r.init()
+	w1, _ := r.join("ch", waitAs{kind: kindWriter})
+	r1, _ := r.join("ch", waitAs{kind: kindReader})
+	r2, _ := r.join("ch", waitAs{kind: kindReader})
+	r.wake("ch", wakeSpec{kind: kindReader}, wakeRelease)
+	_, ok := pending(w1)
+	assert.False(t, ok, "a reader wake-up skips writers")
+	_, ok1 := pending(r1)
+	_, ok2 := pending(r2)
+	assert.True(t, ok1 && ok2, "all readers woken")
+
+	s1, _ := r.join("ch", waitAs{id: "S1"})
+	s2, _ := r.join("ch", waitAs{id: "S2"})
+	r.wake("ch", wakeSpec{ids: []string{"S2", "unknown"}}, wakeRelease)
+	_, ok = pending(s1)
+	assert.False(t, ok)
+	_, ok = pending(s2)
+	assert.True(t, ok)
+	for _, w := range []*waiter{w1, r1, r2, s1, s2} {
+		r.leave(w, true)
+	}
+	assert.Empty(t, r.byID)
 }
 
 func TestSlot_MatchesRedisClusterHashTags(t *testing.T) {

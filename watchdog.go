@@ -31,6 +31,7 @@ type watchdog struct {
 	mu       sync.Mutex
 	leases   map[*lease]struct{} // held leases, renewable or not
 	nextWake time.Time
+	closed   bool // no lease may be added: nothing would renew or report it
 
 	kick chan struct{}
 	stop chan struct{}
@@ -56,8 +57,13 @@ func newWatchdog(c *Client) *watchdog {
 
 // add starts tracking a hold. It wakes the loop only when the hold's deadline
 // comes before the loop's next wake-up, so the common case costs no wake-up.
-func (w *watchdog) add(l *lease) {
+// It returns false after close: the caller must give the hold back.
+func (w *watchdog) add(l *lease) bool {
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return false
+	}
 	w.leases[l] = struct{}{}
 	early := l.deadline.Before(w.nextWake)
 	w.mu.Unlock()
@@ -67,6 +73,7 @@ func (w *watchdog) add(l *lease) {
 		default:
 		}
 	}
+	return true
 }
 
 // beginRelease marks l as being released, so that a renewal racing the unlock
@@ -85,18 +92,21 @@ func (w *watchdog) abortRelease(l *lease) {
 	w.mu.Unlock()
 }
 
-// released ends l after a successful unlock. It returns false when l had been
-// lost before, so Unlock can say so.
-func (w *watchdog) released(l *lease) (wasHeld bool) {
+// released ends l after a successful unlock. It returns the cause when l had
+// been lost before, so Unlock can say so, and nil otherwise.
+func (w *watchdog) released(l *lease) (lostCause error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l.state != leaseHeld {
-		return false
+	l.releasing = false
+	switch l.state {
+	case leaseLost:
+		return l.cause
+	case leaseHeld:
+		l.state, l.cause = leaseReleased, errReleased
+		delete(w.leases, l)
+		l.cancel(errReleased)
 	}
-	l.state, l.cause = leaseReleased, errReleased
-	delete(w.leases, l)
-	l.cancel(errReleased)
-	return true
+	return nil
 }
 
 // lostCause returns why l was lost, or nil while it is held or after a
@@ -276,7 +286,7 @@ func (w *watchdog) batches(ttlMillis int64) ([]renewBatchCall, time.Time) {
 			s = slot(l.key)
 		}
 		i, ok := open[s]
-		if !ok || len(out[i].keys) == renewBatch {
+		if !ok || len(out[i].keys)+1+len(l.extra) > renewBatch {
 			out = append(out, renewBatchCall{args: []any{ttlMillis}})
 			i = len(out) - 1
 			open[s] = i
@@ -284,6 +294,7 @@ func (w *watchdog) batches(ttlMillis int64) ([]renewBatchCall, time.Time) {
 		b := &out[i]
 		b.leases = append(b.leases, l)
 		b.keys = append(b.keys, l.key)
+		b.keys = append(b.keys, l.extra...)
 		b.args = append(b.args, l.spec)
 	}
 	return out, earliest
@@ -321,14 +332,17 @@ func (w *watchdog) send(ctx context.Context, batches []renewBatchCall) []*redis.
 
 // close stops the loop, waits for it, and reports every remaining hold lost
 // with a cause matching both ErrLost and ErrClosed, since nothing renews it
-// any more.
+// any more. Holds being released right now are left to their Unlock.
 func (w *watchdog) close() {
 	close(w.stop)
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.closed = true
 	cause := fmt.Errorf("%w: %w", ErrLost, ErrClosed)
 	for l := range w.leases {
-		w.loseLocked(l, cause)
+		if !l.releasing {
+			w.loseLocked(l, cause)
+		}
 	}
 }

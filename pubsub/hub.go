@@ -178,6 +178,14 @@ func (b *Hub) Close() error {
 	}
 	err := ps.Close()
 	<-b.done
+	// The reader may have replaced the connection before it saw the stop;
+	// replace refuses once closed is set, so b.ps is final now.
+	b.mu.Lock()
+	last := b.ps
+	b.mu.Unlock()
+	if last != ps {
+		_ = last.Close()
+	}
 	return err
 }
 
@@ -261,10 +269,14 @@ func (b *Hub) onSubscribed(channel string) {
 }
 
 // replace swaps a dead-looking connection for a new one subscribed to every
-// wanted channel. Only the reader goroutine calls it.
+// wanted channel. Only the reader goroutine calls it. After Close it keeps
+// the old one, which Close has closed, so the loop ends.
 func (b *Hub) replace(old *redis.PubSub) *redis.PubSub {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return old
+	}
 	channels := make([]string, 0, len(b.refs)+len(b.idleSince))
 	for ch := range b.refs {
 		channels = append(channels, ch)
