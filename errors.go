@@ -30,6 +30,11 @@ var (
 	// lost hold returns it.
 	ErrLost = errors.New("dlock: lock lost")
 
+	// ErrUpgrade means an owner holding an RWMutex read lock asked for the
+	// write lock, which would wait for itself. Release the read lock first,
+	// or take the write lock first and downgrade.
+	ErrUpgrade = errors.New("dlock: read lock cannot be upgraded")
+
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 

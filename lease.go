@@ -13,6 +13,7 @@ type lease struct {
 	extra []string      // further keys the renewal needs (kind 'R')
 	spec  string        // what renew.lua checks, e.g. "s<token>"; see renew.lua
 	renew bool          // renewed by the watchdog (no WithLease)
+	mark  bool          // a waiting mark, not a hold: its end is not logged
 	ttl   time.Duration // the lease the server applies
 
 	// Guarded by the watchdog's mutex.
@@ -64,4 +65,12 @@ func holdContext(parent context.Context, l *lease) (context.Context, context.Can
 		stop()
 		cancel(context.Canceled)
 	}
+}
+
+// lostOf returns l's lost channel, or nil for no lease.
+func lostOf(l *lease) <-chan struct{} {
+	if l == nil {
+		return nil
+	}
+	return l.lost
 }

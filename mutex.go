@@ -209,10 +209,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 func (m *Mutex) Lost() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.hold == nil {
-		return nil
-	}
-	return m.hold.lost
+	return lostOf(m.hold)
 }
 
 // HoldContext returns a copy of parent that is cancelled when the current

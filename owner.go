@@ -31,3 +31,16 @@ func OwnerFrom(ctx context.Context) (owner string, ok bool) {
 	owner, ok = ctx.Value(ownerKey{}).(string)
 	return owner, ok
 }
+
+// ownerID is the owner ID a counted hold is taken under: the Client's ID and
+// the owner in ctx, or self (the handle's own ID) when ctx names none.
+func ownerID(c *Client, ctx context.Context, self string) (string, error) {
+	o, ok := OwnerFrom(ctx)
+	if !ok {
+		return self, nil
+	}
+	if o == "" {
+		return "", invalidf("empty owner in context")
+	}
+	return c.id + ":o:" + o, nil
+}

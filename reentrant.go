@@ -55,14 +55,7 @@ func (r *ReentrantMutex) owner(ctx context.Context) (string, error) {
 	if err := r.c.usable(r.lc.err); err != nil {
 		return "", err
 	}
-	o, ok := OwnerFrom(ctx)
-	if !ok {
-		return r.self, nil
-	}
-	if o == "" {
-		return "", invalidf("empty owner in context")
-	}
-	return r.c.id + ":o:" + o, nil
+	return ownerID(r.c, ctx, r.self)
 }
 
 func holdKey(key, owner string) string { return key + "\x00" + owner }
@@ -105,9 +98,8 @@ func (r *ReentrantMutex) TryLock(ctx context.Context) (bool, error) {
 	return ok && err == nil, err
 }
 
-// attempt makes one acquisition attempt and records its outcome. The owner's
-// gate orders it with the owner's other calls on this Client, so that the
-// locally tracked hold count follows the server's.
+// attempt makes one acquisition attempt and records its outcome, under the
+// owner's gate (see holds.go).
 func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.Duration, error) {
 	hk := holdKey(r.key, owner)
 	defer r.c.gate(hk)()
@@ -117,7 +109,9 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 	v, err := scripts.ReentrantTry.Run(nc, r.c.rdb, []string{r.key}, owner, millis(ttl)).Int64()
 	if err != nil {
 		if !isRedisError(err) {
-			r.reconcile(nc, owner, hk)
+			r.c.reconcile(nc, hk,
+				func(ctx context.Context) (int64, error) { return r.c.rdb.HGet(ctx, r.key, owner).Int64() },
+				func(ctx context.Context) { _, _ = r.release(ctx, owner) })
 		}
 		return false, 0, redisErr("lock", r.name, r.key, err)
 	}
@@ -130,53 +124,11 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 		_, _ = r.release(nc, owner)
 		return false, 0, notObtained("lock", r.name, ctx)
 	}
-	return true, 0, r.acquired(owner, hk, v, ttl, renew, sent)
-}
-
-// acquired records that the server now counts n holds for the owner. A first
-// hold (n == 1) gets a new lease; a re-entry updates the count. Called with
-// the owner's gate held.
-func (r *ReentrantMutex) acquired(owner, hk string, n int64, ttl time.Duration, renew bool, sent time.Time) error {
-	c := r.c
-	c.holdsMu.Lock()
-	old := c.holds[hk]
-	if n > 1 && old != nil && c.wd.isHeld(old) {
-		old.count = n
-		c.holdsMu.Unlock()
-		return nil
+	if !r.c.trackHold(hk, v, func() *lease { return newLease(r.name, r.key, "h"+owner, renew, ttl, sent) }) {
+		_, _ = r.release(nc, owner)
+		return false, 0, closedErr("lock", r.name)
 	}
-	l := newLease(r.name, r.key, "h"+owner, renew, ttl, sent)
-	l.count = n
-	c.holds[hk] = l
-	c.holdsMu.Unlock()
-	if old != nil {
-		// The server had no hold for the owner although this Client still
-		// tracked one: that hold was lost and its holder must hear of it.
-		c.wd.lose(old, fmt.Errorf("%w: hold gone before the owner locked again", ErrLost))
-	}
-	if !c.wd.add(l) {
-		_, _ = r.release(context.Background(), owner)
-		return fmt.Errorf("dlock: lock %q: %w", r.name, ErrClosed)
-	}
-	return nil
-}
-
-// reconcile runs after an acquisition whose reply was lost: if the server
-// counts one hold more than this Client knew of, the attempt went through,
-// and since the caller gets an error, that hold is given back. The owner's
-// gate is held, and only this Client writes the owner's field, so the
-// difference can only come from that attempt.
-func (r *ReentrantMutex) reconcile(ctx context.Context, owner, hk string) {
-	var known int64
-	r.c.holdsMu.Lock()
-	if l := r.c.holds[hk]; l != nil {
-		known = l.count
-	}
-	r.c.holdsMu.Unlock()
-	cur, err := r.c.rdb.HGet(ctx, r.key, owner).Int64()
-	if err == nil && cur == known+1 {
-		_, _ = r.release(ctx, owner)
-	}
+	return true, 0, nil
 }
 
 func (r *ReentrantMutex) release(ctx context.Context, owner string) (int64, error) {
@@ -201,52 +153,11 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c := r.c
 	hk := holdKey(r.key, owner)
-	defer c.gate(hk)()
-	c.holdsMu.Lock()
-	l := c.holds[hk]
-	c.holdsMu.Unlock()
-	if l != nil {
-		c.wd.beginRelease(l)
-	}
+	defer r.c.gate(hk)()
+	l := r.c.beginUnlock(hk)
 	n, err := r.release(context.WithoutCancel(ctx), owner)
-	if err != nil {
-		if l != nil {
-			c.wd.abortRelease(l)
-		}
-		return err
-	}
-	if n > 0 {
-		if l == nil {
-			return nil
-		}
-		c.wd.abortRelease(l) // still held: renewals go on
-		l.count = n
-		if cause := c.wd.lostCause(l); cause != nil {
-			return fmt.Errorf("dlock: unlock %q: %w", r.name, cause)
-		}
-		return nil
-	}
-	if l != nil {
-		c.holdsMu.Lock()
-		if c.holds[hk] == l {
-			delete(c.holds, hk)
-		}
-		c.holdsMu.Unlock()
-	}
-	switch {
-	case n < 0 && l == nil:
-		return fmt.Errorf("dlock: unlock %q: %w", r.name, ErrNotHeld)
-	case n < 0:
-		c.wd.lose(l, fmt.Errorf("%w: hold gone at unlock", ErrLost))
-		return fmt.Errorf("dlock: unlock %q: %w: %w", r.name, ErrLost, ErrNotHeld)
-	case l != nil:
-		if cause := c.wd.released(l); cause != nil {
-			return fmt.Errorf("dlock: unlock %q: %w", r.name, cause)
-		}
-	}
-	return nil
+	return r.c.finishUnlock("unlock", r.name, hk, l, n, err)
 }
 
 // HoldCount returns how many holds the owner in ctx has on the lock (0 when
@@ -333,10 +244,7 @@ func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (bool, error) {
 // lost (see Mutex.Lost), or nil when that owner holds nothing through this
 // Client.
 func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
-	if l := r.lease(ctx); l != nil {
-		return l.lost
-	}
-	return nil
+	return lostOf(r.lease(ctx))
 }
 
 // HoldContext returns a copy of ctx that is cancelled when the hold of the
@@ -352,7 +260,5 @@ func (r *ReentrantMutex) lease(ctx context.Context) *lease {
 	if err != nil {
 		return nil
 	}
-	r.c.holdsMu.Lock()
-	defer r.c.holdsMu.Unlock()
-	return r.c.holds[holdKey(r.key, owner)]
+	return r.c.heldLease(holdKey(r.key, owner))
 }

@@ -154,6 +154,9 @@ func (w *watchdog) loseLocked(l *lease, cause error) {
 	delete(w.leases, l)
 	close(l.lost)
 	l.cancel(cause)
+	if l.mark {
+		return
+	}
 	w.c.cfg.logger.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", holderOf(l.spec), "cause", cause.Error())
 }
 

@@ -26,6 +26,18 @@ var (
 	forceUnlock string
 	//go:embed renew.lua
 	renew string
+	//go:embed rw_common.lua
+	rwCommon string
+	//go:embed rw_try_read.lua
+	rwTryRead string
+	//go:embed rw_try_write.lua
+	rwTryWrite string
+	//go:embed rw_unlock_read.lua
+	rwUnlockRead string
+	//go:embed rw_unlock_write.lua
+	rwUnlockWrite string
+	//go:embed rw_cancel_write.lua
+	rwCancelWrite string
 )
 
 // The scripts, ready to Run. See each .lua file for its contract.
@@ -36,4 +48,11 @@ var (
 	ReentrantUnlock = redis.NewScript(reentrantUnlock)
 	ForceUnlock     = redis.NewScript(forceUnlock)
 	Renew           = redis.NewScript(renew)
+
+	// The RWMutex scripts share rw_common.lua, prepended to each.
+	RWTryRead     = redis.NewScript(rwCommon + rwTryRead)
+	RWTryWrite    = redis.NewScript(rwCommon + rwTryWrite)
+	RWUnlockRead  = redis.NewScript(rwCommon + rwUnlockRead)
+	RWUnlockWrite = redis.NewScript(rwCommon + rwUnlockWrite)
+	RWCancelWrite = redis.NewScript(rwCommon + rwCancelWrite)
 )
