@@ -263,3 +263,40 @@ func TestRWMutex_RandomMixUnderCancellation_LeavesNothingBehind(t *testing.T) {
 		assert.Zero(t, exists, "key %s left behind", key(n)+suffix)
 	}
 }
+
+func TestRWMutex_WatchdogRenewsReadLeasesAndWaitingMarks(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	const timeout = 900 * time.Millisecond
+	readers := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	writers := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	ctx := ctxTimeout(t, 30*time.Second)
+	r := readers.RWMutex(n)
+	rctx := dlock.WithNewOwner(ctx)
+	require.NoError(t, r.RLock(rctx))
+	require.NoError(t, r.RLock(rctx)) // nested read
+	got := make(chan struct{})
+	go func() {
+		defer close(got)
+		assert.NoError(t, writers.RWMutex(n).Lock(ctx))
+	}()
+	time.Sleep(3 * timeout) // both the read lease and the writer's mark outlive 3 leases only if renewed
+	select {
+	case <-got:
+		t.Fatal("the writer got in while the reader held its renewed lease")
+	case <-r.RLost(rctx):
+		t.Fatal("read hold lost although renewed")
+	default:
+	}
+	ok, err := readers.RWMutex(n).TryRLock(ctx)
+	require.NoError(t, err)
+	assert.False(t, ok, "the waiting writer's mark must still keep new readers out")
+	require.NoError(t, r.RUnlock(rctx))
+	select {
+	case <-got:
+		t.Fatal("one of two nested read holds is still held")
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, r.RUnlock(rctx))
+	within(t, got, 2*time.Second, "the writer after the last read hold")
+}

@@ -38,6 +38,22 @@ var (
 	rwUnlockWrite string
 	//go:embed rw_cancel_write.lua
 	rwCancelWrite string
+	//go:embed sem_common.lua
+	semCommon string
+	//go:embed sem_try.lua
+	semTry string
+	//go:embed sem_release.lua
+	semRelease string
+	//go:embed sem_cancel.lua
+	semCancel string
+	//go:embed sem_permits.lua
+	semPermits string
+	//go:embed sem_available.lua
+	semAvailable string
+	//go:embed latch_count_down.lua
+	latchCountDown string
+	//go:embed latch_set.lua
+	latchSet string
 )
 
 // The scripts, ready to Run. See each .lua file for its contract.
@@ -55,4 +71,14 @@ var (
 	RWUnlockRead  = redis.NewScript(rwCommon + rwUnlockRead)
 	RWUnlockWrite = redis.NewScript(rwCommon + rwUnlockWrite)
 	RWCancelWrite = redis.NewScript(rwCommon + rwCancelWrite)
+
+	// The Semaphore scripts share sem_common.lua, prepended to each.
+	SemTry       = redis.NewScript(semCommon + semTry)
+	SemRelease   = redis.NewScript(semCommon + semRelease)
+	SemCancel    = redis.NewScript(semCommon + semCancel)
+	SemPermits   = redis.NewScript(semCommon + semPermits)
+	SemAvailable = redis.NewScript(semCommon + semAvailable)
+
+	LatchSet       = redis.NewScript(latchSet)
+	LatchCountDown = redis.NewScript(latchCountDown)
 )

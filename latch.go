@@ -1,0 +1,109 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// CountDownLatch lets callers wait until a count, shared across processes,
+// reaches zero. TrySetCount starts it; each CountDown takes one off; Await
+// returns once it is zero. At zero the latch is free to be set again.
+//
+// The count persists in Redis with no expiry. Make one with
+// Client.CountDownLatch.
+type CountDownLatch struct {
+	c       *Client
+	name    string
+	key     string
+	channel string
+	err     error
+}
+
+// CountDownLatch returns a handle on the latch called name. It sends nothing
+// to Redis. An empty name makes every method return an error wrapping
+// ErrInvalid.
+func (c *Client) CountDownLatch(name string) *CountDownLatch {
+	key := lockKey(c.cfg.prefix, name)
+	return &CountDownLatch{c: c, name: name, key: key, channel: channelOf(key), err: checkName(name)}
+}
+
+// Name returns the latch's name, without the key prefix.
+func (l *CountDownLatch) Name() string { return l.name }
+
+// TrySetCount sets the count to n if the latch is at zero, and reports
+// whether it did. n must be at least 1.
+func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
+	if err := l.c.usable(l.err); err != nil {
+		return false, err
+	}
+	if n < 1 {
+		return false, invalidf("latch %q: count %d", l.name, n)
+	}
+	v, err := scripts.LatchSet.Run(ctx, l.c.rdb, []string{l.key}, n).Int64()
+	if err != nil {
+		return false, redisErr("trysetcount", l.name, l.key, err)
+	}
+	return v == 1, nil
+}
+
+// CountDown takes one off the count. At zero it wakes every Await; at zero
+// already it does nothing.
+func (l *CountDownLatch) CountDown(ctx context.Context) error {
+	if err := l.c.usable(l.err); err != nil {
+		return err
+	}
+	n, err := scripts.LatchCountDown.Run(ctx, l.c.rdb, []string{l.key, l.channel}, l.c.id).Int64()
+	if err != nil {
+		return redisErr("countdown", l.name, l.key, err)
+	}
+	if n == 0 {
+		l.c.waits.wake(l.channel, wakeSpec{}, wakeLocal)
+	}
+	return nil
+}
+
+// Count returns the current count; 0 when the latch is not set.
+func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
+	if err := l.c.usable(l.err); err != nil {
+		return 0, err
+	}
+	n, err := l.c.rdb.Get(ctx, l.key).Int64()
+	if errors.Is(err, redis.Nil) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, redisErr("count", l.name, l.key, err)
+	}
+	return n, nil
+}
+
+// Await blocks until the count is zero, ctx ends, or the Client closes. A
+// latch that is not set is at zero. The final CountDown's message wakes it;
+// a lost message or dropped connection delays it at most until the next
+// re-subscription or the watchdog timeout. When ctx ends first it returns an
+// error matching both ErrNotObtained and ctx.Err().
+func (l *CountDownLatch) Await(ctx context.Context) error {
+	if err := l.c.usable(l.err); err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return notObtained("await", l.name, ctx)
+	}
+	try := func() (bool, time.Duration, error) {
+		n, err := l.Count(ctx)
+		if err != nil && ctx.Err() != nil {
+			return false, 0, notObtained("await", l.name, ctx)
+		}
+		return n <= 0 && err == nil, 0, err
+	}
+	ok, _, err := try()
+	if err != nil || ok {
+		return err
+	}
+	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{}, 0, try)
+}

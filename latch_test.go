@@ -1,0 +1,103 @@
+package dlock_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestCountDownLatch_AwaitersOnThreeClients_ReleasedAtZero(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	admin := e.client(e.rdb()).CountDownLatch(n)
+	ok, err := admin.TrySetCount(ctx, 3)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var released atomic.Int32
+	var wg sync.WaitGroup
+	for range 3 {
+		c := e.client(e.rdb())
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if assert.NoError(t, c.CountDownLatch(n).Await(ctx)) {
+					released.Add(1)
+				}
+			}()
+		}
+	}
+	counters := e.client(e.rdb())
+	for i := range 3 {
+		time.Sleep(100 * time.Millisecond)
+		assert.Zero(t, released.Load(), "Await returned with the count at %d", 3-i)
+		require.NoError(t, counters.CountDownLatch(n).CountDown(ctx))
+	}
+	within(t, waitGroupDone(&wg), 2*time.Second, "every Await after the last CountDown")
+	assert.EqualValues(t, 6, released.Load())
+}
+
+func TestCountDownLatch_AwaitHonoursContext(t *testing.T) {
+	e := sharedEnv(t)
+	l := e.client(e.rdb()).CountDownLatch(name(t))
+	_, err := l.TrySetCount(context.Background(), 1)
+	require.NoError(t, err)
+	err = l.Await(ctxTimeout(t, 100*time.Millisecond))
+	assert.ErrorIs(t, err, dlock.ErrNotObtained)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestCountDownLatch_ZeroIsNoOpAndLatchIsReusable(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	n := name(t)
+	l := e.client(rdb).CountDownLatch(n)
+	ctx := context.Background()
+	require.NoError(t, l.CountDown(ctx), "counting down an unset latch")
+	count, err := l.Count(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, count)
+	require.NoError(t, l.Await(ctx), "an unset latch is open")
+
+	ok, err := l.TrySetCount(ctx, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = l.TrySetCount(ctx, 5)
+	require.NoError(t, err)
+	assert.False(t, ok, "already counting")
+	require.NoError(t, l.CountDown(ctx))
+	require.NoError(t, l.CountDown(ctx))
+	require.NoError(t, l.CountDown(ctx)) // at zero: nothing
+	count, err = l.Count(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, count)
+	ok, err = l.TrySetCount(ctx, 1)
+	require.NoError(t, err)
+	assert.True(t, ok, "reusable after reaching zero")
+	count, err = l.Count(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, count)
+
+	_, err = l.TrySetCount(ctx, -1)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	_, err = l.TrySetCount(ctx, 0)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	assert.ErrorIs(t, e.client(rdb).CountDownLatch("").CountDown(ctx), dlock.ErrInvalid)
+
+	wrong := name(t) + "-wrong"
+	require.NoError(t, rdb.HSet(ctx, key(wrong), "f", "v").Err())
+	_, err = l.TrySetCount(ctx, 1)
+	require.NoError(t, err)
+	_, err = e.client(rdb).CountDownLatch(wrong).TrySetCount(ctx, 1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not a lock of this kind")
+	assert.Error(t, e.client(rdb).CountDownLatch(wrong).CountDown(ctx))
+}

@@ -1,0 +1,279 @@
+package dlock_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+)
+
+func TestSemaphore_ThreeClientsRandomN_PermitsNeverExceedTotal(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	const total = 5
+	ok, err := e.client(e.rdb()).Semaphore(n).TrySetPermits(context.Background(), total)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var inUse, most, over, acquisitions atomic.Int32
+	var wg sync.WaitGroup
+	for range 3 {
+		c := e.client(e.rdb())
+		for range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := c.Semaphore(n)
+				ctx := ctxTimeout(t, time.Minute)
+				for range 10 {
+					k := 1 + rand.IntN(3)
+					p, err := s.Acquire(ctx, k)
+					if !assert.NoError(t, err) {
+						return
+					}
+					cur := inUse.Add(int32(k))
+					if cur > total {
+						over.Add(1)
+					}
+					for m := most.Load(); cur > m && !most.CompareAndSwap(m, cur); m = most.Load() {
+					}
+					acquisitions.Add(1)
+					time.Sleep(time.Millisecond)
+					inUse.Add(-int32(k))
+					assert.NoError(t, p.Release(ctx))
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	assert.Zero(t, over.Load(), "permits in use exceeded the total")
+	avail, err := e.client(e.rdb()).Semaphore(n).Available(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, total, avail, "every permit came back")
+	t.Logf("semaphore acquisitions checked: %d, over-use seen: %d, most permits in use at once: %d of %d",
+		acquisitions.Load(), over.Load(), most.Load(), total)
+}
+
+func TestSemaphore_CrashedHolder_PermitsReturnAfterLease(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	const timeout = time.Second
+	admin := e.client(e.rdb()).Semaphore(n)
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, err := admin.TrySetPermits(ctx, 3)
+	require.NoError(t, err)
+	crashed := dlock.New(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	_, err = crashed.Semaphore(n).Acquire(ctx, 2)
+	require.NoError(t, err)
+	start := time.Now()
+	require.NoError(t, crashed.Close()) // no Release; renewals stop
+
+	avail, err := admin.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, avail)
+	p, err := admin.Acquire(ctx, 3) // waits for the crashed holder's lease
+	require.NoError(t, err)
+	d := time.Since(start)
+	assert.Less(t, d, timeout+time.Second)
+	t.Logf("a crashed holder's 2 permits came back after %v (lease %v)", d, timeout)
+	require.NoError(t, p.Release(ctx))
+}
+
+func TestSemaphore_LargeRequest_NotStarvedBySmallOnes(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	_, err := e.client(e.rdb()).Semaphore(n).TrySetPermits(ctx, 4)
+	require.NoError(t, err)
+	small := e.client(e.rdb())
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var smallGrants atomic.Int32
+	for i := range 8 { // 8 callers for 4 permits: never all free without fairness
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := small.Semaphore(n)
+			time.Sleep(time.Duration(i) * time.Millisecond)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p, err := s.Acquire(ctx, 1)
+				if !assert.NoError(t, err) {
+					return
+				}
+				smallGrants.Add(1)
+				time.Sleep(10 * time.Millisecond)
+				assert.NoError(t, p.Release(ctx))
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	big := e.client(e.rdb()).Semaphore(n)
+	var worst time.Duration
+	for range 3 {
+		start := time.Now()
+		p, err := big.Acquire(ctx, 4)
+		require.NoError(t, err)
+		worst = max(worst, time.Since(start))
+		require.NoError(t, p.Release(ctx))
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	assert.Less(t, worst, time.Second, "Acquire(4) starved by Acquire(1) callers")
+	t.Logf("Acquire(4) against 8 callers of Acquire(1) holding 10ms: worst wait %v (%d small grants)", worst, smallGrants.Load())
+}
+
+func TestSemaphore_DoubleReleaseAndExpiredRelease_ErrNotHeldCountUnchanged(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	s := e.client(e.rdb()).Semaphore(n)
+	_, err := s.TrySetPermits(ctx, 3)
+	require.NoError(t, err)
+	p, err := s.Acquire(ctx, 2)
+	require.NoError(t, err)
+	require.NoError(t, p.Release(ctx))
+	assert.ErrorIs(t, p.Release(ctx), dlock.ErrNotHeld)
+	avail, err := s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, avail, "a second Release adds nothing")
+
+	short := e.client(e.rdb()).Semaphore(n, dlock.WithPermitLease(100*time.Millisecond))
+	p, err = short.Acquire(ctx, 2)
+	require.NoError(t, err)
+	within(t, p.Lost(), 2*time.Second, "the permit's lost signal at lease end")
+	// The client counts the lease from before its request was sent, so it
+	// reports the loss a little before the server expires the permit.
+	time.Sleep(50 * time.Millisecond)
+	err = p.Release(ctx)
+	assert.ErrorIs(t, err, dlock.ErrNotHeld)
+	assert.ErrorIs(t, err, dlock.ErrLost)
+	avail, err = s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, avail, "an expired permit's Release adds nothing")
+}
+
+func TestSemaphore_CancelledAcquire_LeavesCountAndQueueExact(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	rdb := e.rdb()
+	s := e.client(rdb).Semaphore(n)
+	ctx := ctxTimeout(t, 10*time.Second)
+	_, err := s.TrySetPermits(ctx, 2)
+	require.NoError(t, err)
+	held, err := s.Acquire(ctx, 2)
+	require.NoError(t, err)
+	_, err = e.client(e.rdb()).Semaphore(n).Acquire(ctxTimeout(t, 100*time.Millisecond), 1)
+	assert.ErrorIs(t, err, dlock.ErrNotObtained)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	queued, err := rdb.ZCard(ctx, key(n)+":q").Result()
+	require.NoError(t, err)
+	assert.Zero(t, queued, "the cancelled waiter left the queue")
+	require.NoError(t, held.Release(ctx))
+	avail, err := s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, avail)
+}
+
+func TestSemaphore_Release_WakesWaitersUpToFreedPermits(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := e.client(e.rdb()).Semaphore(n)
+	_, err := holder.TrySetPermits(ctx, 3)
+	require.NoError(t, err)
+	p, err := holder.Acquire(ctx, 3)
+	require.NoError(t, err)
+	var got atomic.Int32
+	var wg sync.WaitGroup
+	for range 3 {
+		s := e.client(e.rdb()).Semaphore(n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			q, err := s.Acquire(ctx, 1)
+			if assert.NoError(t, err) {
+				got.Add(1)
+				time.Sleep(300 * time.Millisecond)
+				assert.NoError(t, q.Release(ctx))
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, p.Release(ctx))
+	require.Eventually(t, func() bool { return got.Load() == 3 }, time.Second, 5*time.Millisecond,
+		"three waiters on three Clients woken by one release of three permits")
+	wg.Wait()
+}
+
+func TestSemaphore_BadInput_ClearErrorsNothingChanged(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	n := name(t)
+	s := c.Semaphore(n)
+	ctx := context.Background()
+	_, err := s.TrySetPermits(ctx, 0)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	_, err = s.TrySetPermits(ctx, -2)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	ok, err := s.TrySetPermits(ctx, 2)
+	require.NoError(t, err)
+	require.True(t, ok)
+	ok, err = s.TrySetPermits(ctx, 5)
+	require.NoError(t, err)
+	assert.False(t, ok, "already set")
+	_, err = s.Acquire(ctx, 0)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	_, err = s.Acquire(ctx, 3)
+	assert.ErrorIs(t, err, dlock.ErrInvalid, "more than the total")
+	_, err = s.TryAcquire(ctx, -1)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	assert.ErrorIs(t, s.AddPermits(ctx, -3), dlock.ErrInvalid)
+	avail, err := s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, avail, "failed calls changed nothing")
+	require.NoError(t, s.AddPermits(ctx, -1))
+	avail, err = s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, avail)
+
+	_, err = c.Semaphore("").Available(ctx)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	_, err = c.Semaphore(n, dlock.WithPermitLease(-time.Second)).TryAcquire(ctx, 1)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+
+	wrong := name(t) + "-wrong"
+	require.NoError(t, rdb.Set(ctx, key(wrong), "x", 0).Err())
+	_, err = c.Semaphore(wrong).TryAcquire(ctx, 1)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "not a lock of this kind")
+	v, err := rdb.Get(ctx, key(wrong)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "x", v)
+}
+
+func TestSemaphore_TryAcquire_ShortReturnsErrNotObtained(t *testing.T) {
+	e := sharedEnv(t)
+	s := e.client(e.rdb()).Semaphore(name(t))
+	ctx := context.Background()
+	_, err := s.TrySetPermits(ctx, 2)
+	require.NoError(t, err)
+	p, err := s.TryAcquire(ctx, 2)
+	require.NoError(t, err)
+	assert.Equal(t, 2, p.Count())
+	_, err = s.TryAcquire(ctx, 1)
+	assert.ErrorIs(t, err, dlock.ErrNotObtained)
+	require.NoError(t, p.Release(ctx))
+}
