@@ -145,3 +145,59 @@ func TestCluster_Watchdog_RenewsHoldsOnEverySlot(t *testing.T) {
 		require.NoError(t, m.Unlock(ctx))
 	}
 }
+
+func TestCluster_RWMutexSemaphoreLatch_WorkAcrossNodes(t *testing.T) {
+	addrs := redistest.Cluster(t, 3)
+	ctx := ctxTimeout(t, 30*time.Second)
+	a := dlock.New(clusterClient(t, addrs), dlock.WithWatchdogTimeout(1500*time.Millisecond))
+	b := dlock.New(clusterClient(t, addrs), dlock.WithWatchdogTimeout(1500*time.Millisecond))
+	t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+	for i := range 3 { // names on different nodes
+		n := fmt.Sprintf("%s-%d", name(t), i)
+
+		rw := a.RWMutex(n)
+		require.NoError(t, rw.RLock(ctx))
+		writer := make(chan struct{})
+		go func() {
+			defer close(writer)
+			assert.NoError(t, b.RWMutex(n).Lock(ctx))
+		}()
+		time.Sleep(2 * time.Second) // more than a lease: only renewals keep the read hold
+		select {
+		case <-writer:
+			t.Fatal("writer got in while the renewed reader held the lock")
+		default:
+		}
+		require.NoError(t, rw.RUnlock(ctx))
+		within(t, writer, 3*time.Second, "writer after the reader on the cluster")
+
+		s := a.Semaphore(n + "-sem")
+		_, err := s.TrySetPermits(ctx, 2)
+		require.NoError(t, err)
+		p, err := s.Acquire(ctx, 2)
+		require.NoError(t, err)
+		got := make(chan struct{})
+		go func() {
+			defer close(got)
+			q, err := b.Semaphore(n+"-sem").Acquire(ctx, 1)
+			if assert.NoError(t, err) {
+				assert.NoError(t, q.Release(ctx))
+			}
+		}()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, p.Release(ctx))
+		within(t, got, 3*time.Second, "semaphore waiter on the cluster")
+
+		l := a.CountDownLatch(n + "-latch")
+		_, err = l.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		awaited := make(chan struct{})
+		go func() {
+			defer close(awaited)
+			assert.NoError(t, b.CountDownLatch(n+"-latch").Await(ctx))
+		}()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, l.CountDown(ctx))
+		within(t, awaited, 3*time.Second, "latch Await on the cluster")
+	}
+}

@@ -21,6 +21,10 @@
 //     by goroutines; each acquisition has a fresh random token.
 //   - ReentrantMutex: a lock that counts holds per owner, so nested business
 //     logic that passes its context along (see WithOwner) re-enters.
+//   - RWMutex: many readers or one writer, reentrant per owner, preferring
+//     writers; each reader has its own lease.
+//   - Semaphore: counting permits that are leases, served in arrival order.
+//   - CountDownLatch: wait until a shared count reaches zero.
 //
 // # How it works
 //

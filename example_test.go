@@ -128,3 +128,76 @@ func ExampleMutex_HoldContext() {
 	// true
 	// true
 }
+
+func ExampleRWMutex() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+	ctx := context.Background()
+
+	catalog := c.RWMutex("catalog")
+	reader1 := dlock.WithNewOwner(ctx)
+	reader2 := dlock.WithNewOwner(ctx)
+	_ = catalog.RLock(reader1)
+	ok, _ := catalog.TryRLock(reader2)
+	fmt.Println("second reader:", ok)
+	ok, _ = catalog.TryLock(dlock.WithNewOwner(ctx))
+	fmt.Println("writer while reading:", ok)
+	fmt.Println(errors.Is(catalog.Lock(reader1), dlock.ErrUpgrade))
+	_ = catalog.RUnlock(reader1)
+	_ = catalog.RUnlock(reader2)
+	// Output:
+	// second reader: true
+	// writer while reading: false
+	// true
+}
+
+func ExampleSemaphore() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+	ctx := context.Background()
+
+	slots := c.Semaphore("gpu-slots")
+	_, _ = slots.TrySetPermits(ctx, 4)
+	p, _ := slots.Acquire(ctx, 3)
+	free, _ := slots.Available(ctx)
+	fmt.Println("free while holding 3:", free)
+	_, err := slots.TryAcquire(ctx, 2)
+	fmt.Println(errors.Is(err, dlock.ErrNotObtained))
+	_ = p.Release(ctx)
+	fmt.Println(errors.Is(p.Release(ctx), dlock.ErrNotHeld))
+	free, _ = slots.Available(ctx)
+	fmt.Println("free after release:", free)
+	// Output:
+	// free while holding 3: 1
+	// true
+	// true
+	// free after release: 4
+}
+
+func ExampleCountDownLatch() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+	ctx := context.Background()
+
+	batch := c.CountDownLatch("batch-7")
+	_, _ = batch.TrySetCount(ctx, 3)
+	done := make(chan struct{})
+	go func() {
+		_ = batch.Await(ctx)
+		close(done)
+	}()
+	for range 3 {
+		_ = batch.CountDown(ctx)
+	}
+	<-done
+	n, _ := batch.Count(ctx)
+	fmt.Println("count:", n)
+	// Output:
+	// count: 0
+}
