@@ -22,6 +22,18 @@ func (c *Client) heldLease(hk string) *lease {
 // returns false when the Client closed meanwhile: the caller must give the
 // hold back.
 func (c *Client) trackHold(hk string, n int64, fresh func() *lease) bool {
+	ok := c.recordHold(hk, n, fresh)
+	if !ok {
+		c.holdsMu.Lock()
+		if l := c.holds[hk]; l != nil && !c.wd.isHeld(l) {
+			delete(c.holds, hk)
+		}
+		c.holdsMu.Unlock()
+	}
+	return ok
+}
+
+func (c *Client) recordHold(hk string, n int64, fresh func() *lease) bool {
 	c.holdsMu.Lock()
 	old := c.holds[hk]
 	if n > 1 && old != nil && c.wd.isHeld(old) {

@@ -2,10 +2,8 @@ package dlock
 
 import (
 	"context"
-	"errors"
+	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/scripts"
 )
@@ -14,7 +12,8 @@ import (
 // reaches zero. TrySetCount starts it; each CountDown takes one off; Await
 // returns once it is zero. At zero the latch is free to be set again.
 //
-// The count persists in Redis with no expiry. Make one with
+// The latch is a Redis hash holding the count and a generation number; it
+// persists with no expiry. Make one with
 // Client.CountDownLatch.
 type CountDownLatch struct {
 	c       *Client
@@ -59,6 +58,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) error {
 	}
 	n, err := scripts.LatchCountDown.Run(ctx, l.c.rdb, []string{l.key, l.channel}, l.c.id).Int64()
 	if err != nil {
+		l.c.wakeUnknown(l.channel, err)
 		return redisErr("countdown", l.name, l.key, err)
 	}
 	if n == 0 {
@@ -72,18 +72,28 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	if err := l.c.usable(l.err); err != nil {
 		return 0, err
 	}
-	n, err := l.c.rdb.Get(ctx, l.key).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
+	n, _, err := l.state(ctx)
+	return n, err
+}
+
+// state reads the count (0 when not counting) and the generation, which
+// grows by one each time the count reaches zero.
+func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error) {
+	v, err := l.c.rdb.HMGet(ctx, l.key, "count", "gen").Result()
 	if err != nil {
-		return 0, redisErr("count", l.name, l.key, err)
+		return 0, 0, redisErr("count", l.name, l.key, err)
 	}
-	return n, nil
+	parse := func(x any) int64 {
+		s, _ := x.(string)
+		n, _ := strconv.ParseInt(s, 10, 64)
+		return n
+	}
+	return parse(v[0]), parse(v[1]), nil
 }
 
 // Await blocks until the count is zero, ctx ends, or the Client closes. A
-// latch that is not set is at zero. The final CountDown's message wakes it;
+// latch that is not set is at zero. A zero reached while Await waits counts
+// even if the latch was set again before Await looked. The final CountDown's message wakes it;
 // a lost message or dropped connection delays it at most until the next
 // re-subscription or the watchdog timeout. When ctx ends first it returns an
 // error matching both ErrNotObtained and ctx.Err().
@@ -94,16 +104,16 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return notObtained("await", l.name, ctx)
 	}
+	count, gen0, err := l.state(ctx)
+	if err != nil || count <= 0 {
+		return err
+	}
 	try := func() (bool, time.Duration, error) {
-		n, err := l.Count(ctx)
+		count, gen, err := l.state(ctx)
 		if err != nil && ctx.Err() != nil {
 			return false, 0, notObtained("await", l.name, ctx)
 		}
-		return n <= 0 && err == nil, 0, err
-	}
-	ok, _, err := try()
-	if err != nil || ok {
-		return err
+		return err == nil && (count <= 0 || gen != gen0), 0, err
 	}
 	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{}, 0, try)
 }

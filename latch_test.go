@@ -93,7 +93,7 @@ func TestCountDownLatch_ZeroIsNoOpAndLatchIsReusable(t *testing.T) {
 	assert.ErrorIs(t, e.client(rdb).CountDownLatch("").CountDown(ctx), dlock.ErrInvalid)
 
 	wrong := name(t) + "-wrong"
-	require.NoError(t, rdb.HSet(ctx, key(wrong), "f", "v").Err())
+	require.NoError(t, rdb.Set(ctx, key(wrong), "not a latch", 0).Err())
 	_, err = l.TrySetCount(ctx, 1)
 	require.NoError(t, err)
 	_, err = e.client(rdb).CountDownLatch(wrong).TrySetCount(ctx, 1)

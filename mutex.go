@@ -154,6 +154,7 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 	n, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, []string{m.key, m.channel}, token, m.c.releaseOne()).Int64()
 	if err != nil {
+		m.c.wakeUnknown(m.channel, err)
 		return false, redisErr("unlock", m.name, m.key, err)
 	}
 	if n == 1 {

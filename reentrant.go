@@ -80,7 +80,7 @@ func (r *ReentrantMutex) Lock(ctx context.Context) error {
 	if err != nil || ok {
 		return err
 	}
-	return r.c.wait(ctx, "lock", r.name, r.channel, waitAs{}, left, try)
+	return r.c.wait(ctx, "lock", r.name, r.channel, waitAs{owner: owner}, left, try)
 }
 
 // TryLock takes or re-enters the lock if no other owner holds it, and
@@ -128,12 +128,16 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 		_, _ = r.release(nc, owner)
 		return false, 0, closedErr("lock", r.name)
 	}
+	if v == 1 {
+		r.c.waits.wakeOwner(r.channel, owner) // the owner's other waiters re-enter
+	}
 	return true, 0, nil
 }
 
 func (r *ReentrantMutex) release(ctx context.Context, owner string) (int64, error) {
 	n, err := scripts.ReentrantUnlock.Run(ctx, r.c.rdb, []string{r.key, r.channel}, owner, r.c.releaseOne()).Int64()
 	if err != nil {
+		r.c.wakeUnknown(r.channel, err)
 		return 0, redisErr("unlock", r.name, r.key, err)
 	}
 	if n == 0 {

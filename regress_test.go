@@ -151,3 +151,171 @@ type flag struct {
 
 func (b *flag) get() bool  { b.mu.Lock(); defer b.mu.Unlock(); return b.v }
 func (b *flag) set(v bool) { b.mu.Lock(); b.v = v; b.mu.Unlock() }
+
+// once returns a replyLost matcher that hits the first call of script only.
+func firstCallOf(s *redis.Script) func(redis.Cmder) bool {
+	var once sync.Once
+	return func(cmd redis.Cmder) bool {
+		hit := false
+		if isScript(cmd, s) {
+			once.Do(func() { hit = true })
+		}
+		return hit
+	}
+}
+
+func TestSemaphore_AbandonedQueueHead_WaiterBehindServedWhenItsMarkExpires(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	n := name(t)
+	ctx := context.Background()
+	s := e.client(rdb).Semaphore(n)
+	_, err := s.TrySetPermits(ctx, 1)
+	require.NoError(t, err)
+	// A waiter that crashed at the head of the queue: its mark runs out in
+	// 300ms and nobody will ever cancel it.
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	m := key(n)
+	require.NoError(t, rdb.ZAdd(ctx, m+":q", redis.Z{Score: 0, Member: "ghost"}).Err())
+	require.NoError(t, rdb.HSet(ctx, m+":c", "ghost", 1).Err())
+	require.NoError(t, rdb.ZAdd(ctx, m+":qe", redis.Z{Score: float64(now.UnixMilli() + 300), Member: "ghost"}).Err())
+	start := time.Now()
+	p, err := e.client(e.rdb()).Semaphore(n).Acquire(ctxTimeout(t, 5*time.Second), 1)
+	require.NoError(t, err, "the waiter behind a dead head slept past its mark (%v)", time.Since(start))
+	require.NoError(t, p.Release(ctx))
+}
+
+func TestCountDownLatch_ResetRightAfterZero_AwaitStillReturns(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := context.Background()
+	for range 3 {
+		n := name(t)
+		waiter := e.client(e.rdb()).CountDownLatch(n)
+		counter := e.client(e.rdb()).CountDownLatch(n)
+		ok, err := counter.TrySetCount(ctx, 1)
+		require.NoError(t, err)
+		require.True(t, ok)
+		done := make(chan error, 1)
+		go func() { done <- waiter.Await(ctxTimeout(t, 2*time.Second)) }()
+		time.Sleep(100 * time.Millisecond)
+		require.NoError(t, counter.CountDown(ctx))
+		ok, err = counter.TrySetCount(ctx, 1) // reused at once
+		require.NoError(t, err)
+		require.True(t, ok)
+		assert.NoError(t, <-done, "Await missed a zero that a quick reset hid")
+	}
+}
+
+func TestRWMutex_FirstWriteTryReplyLost_NoWaitingMarkLeft(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := context.Background()
+	reader := e.client(e.rdb()).RWMutex(n)
+	require.NoError(t, reader.RLock(ctx))
+	require.NoError(t, scripts.RWTryWrite.Load(ctx, e.rdb()).Err())
+	writer := e.client(e.rdb(&replyLost{match: firstCallOf(scripts.RWTryWrite)})).RWMutex(n)
+	require.Error(t, writer.Lock(ctxTimeout(t, 5*time.Second)))
+	ok, err := e.client(e.rdb()).RWMutex(n).TryRLock(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok, "no writer waits, yet a leftover mark keeps readers out")
+	require.NoError(t, reader.RUnlock(ctx))
+}
+
+func TestRWMutex_SameOwnerTwoWaitingLocks_BothGetIn(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := context.Background()
+	reader := e.client(e.rdb()).RWMutex(n)
+	require.NoError(t, reader.RLock(ctx))
+	rw := e.client(e.rdb()).RWMutex(n)
+	octx := dlock.WithOwner(ctxTimeout(t, 5*time.Second), "o")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- rw.Lock(octx) }()
+	}
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, reader.RUnlock(ctx))
+	for range 2 {
+		assert.NoError(t, <-errs, "the owner's second Lock re-enters once the first got in")
+	}
+	require.NoError(t, rw.Unlock(octx))
+	require.NoError(t, rw.Unlock(octx))
+}
+
+func TestRWMutex_ReleaseReplyLost_LocalWaiterStillWoken(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := context.Background()
+	require.NoError(t, scripts.RWUnlockRead.Load(ctx, e.rdb()).Err())
+	c := e.client(e.rdb(&replyLost{match: firstCallOf(scripts.RWUnlockRead)}))
+	reader := c.RWMutex(n)
+	require.NoError(t, reader.RLock(ctx))
+	done := make(chan error, 1)
+	go func() { done <- c.RWMutex(n).Lock(ctxTimeout(t, 5*time.Second)) }()
+	time.Sleep(200 * time.Millisecond)
+	require.Error(t, reader.RUnlock(ctx), "the reply is lost, but the read hold is gone on the server")
+	assert.NoError(t, <-done, "the local writer must not sleep until its fallback")
+}
+
+func TestSemaphore_ReleaseReplyLost_LocalWaiterStillWoken(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := context.Background()
+	require.NoError(t, scripts.SemRelease.Load(ctx, e.rdb()).Err())
+	s := e.client(e.rdb(&replyLost{match: firstCallOf(scripts.SemRelease)})).Semaphore(n)
+	_, err := s.TrySetPermits(ctx, 1)
+	require.NoError(t, err)
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		q, err := s.Acquire(ctxTimeout(t, 5*time.Second), 1)
+		if err == nil {
+			err = q.Release(ctx)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	require.Error(t, p.Release(ctx))
+	assert.NoError(t, <-done, "the local waiter must not sleep until its fallback")
+}
+
+func TestRWMutex_WithLeaseReadReentry_KeepsFirstLeaseOnServerToo(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := context.Background()
+	rw := e.client(e.rdb()).RWMutex(n, dlock.WithLease(600*time.Millisecond))
+	require.NoError(t, rw.RLock(ctx))
+	time.Sleep(400 * time.Millisecond)
+	require.NoError(t, rw.RLock(ctx)) // re-entry must not extend the lease
+	within(t, rw.RLost(ctx), time.Second, "the read lease's end")
+	time.Sleep(50 * time.Millisecond) // the server's clock started the lease a little later
+	ok, err := e.client(e.rdb()).RWMutex(n).TryLock(ctx)
+	require.NoError(t, err)
+	assert.True(t, ok, "the client reported the read hold lost while the server still kept it")
+}
+
+func TestReentrantMutex_SameOwnerTwoWaitingLocks_BothGetIn(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := context.Background()
+	holder := e.client(e.rdb()).ReentrantMutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	r := e.client(e.rdb()).ReentrantMutex(n)
+	octx := dlock.WithOwner(ctxTimeout(t, 5*time.Second), "o")
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- r.Lock(octx) }()
+	}
+	time.Sleep(200 * time.Millisecond)
+	require.NoError(t, holder.Unlock(ctx))
+	for range 2 {
+		assert.NoError(t, <-errs, "the owner's second Lock re-enters once the first got in")
+	}
+	count, err := r.HoldCount(octx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	require.NoError(t, r.Unlock(octx))
+	require.NoError(t, r.Unlock(octx))
+}

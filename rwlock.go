@@ -85,7 +85,7 @@ func (rw *RWMutex) RLock(ctx context.Context) error {
 	if err != nil || ok {
 		return err
 	}
-	return rw.c.wait(ctx, "rlock", rw.name, rw.channel, waitAs{kind: kindReader}, left, try)
+	return rw.c.wait(ctx, "rlock", rw.name, rw.channel, waitAs{kind: kindReader, owner: owner}, left, try)
 }
 
 // TryRLock takes or re-enters a read hold if no other owner writes and no
@@ -133,6 +133,9 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 		_, _ = rw.releaseRead(nc, owner)
 		return false, 0, closedErr("rlock", rw.name)
 	}
+	if v == 1 {
+		rw.c.waits.wakeOwner(rw.channel, owner) // the owner may now re-enter or downgrade
+	}
 	return true, 0, nil
 }
 
@@ -163,7 +166,7 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 		rw.cancelWrite(ctx, owner)
 		return closedErr("lock", rw.name)
 	}
-	err = rw.c.wait(ctx, "lock", rw.name, rw.channel, waitAs{kind: kindWriter}, left, try)
+	err = rw.c.wait(ctx, "lock", rw.name, rw.channel, waitAs{kind: kindWriter, owner: owner}, left, try)
 	rw.c.wd.dropped(mark)
 	if err != nil {
 		rw.cancelWrite(ctx, owner)
@@ -200,6 +203,9 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 			rw.c.reconcile(nc, hk,
 				func(ctx context.Context) (int64, error) { return rw.c.rdb.HGet(ctx, rw.keys[0], owner).Int64() },
 				func(ctx context.Context) { _, _ = rw.releaseWrite(ctx, owner) })
+			if markTTL > 0 {
+				rw.cancelWrite(nc, owner) // the lost reply may have left a waiting mark
+			}
 		}
 		return false, 0, redisErr("lock", rw.name, rw.keys[0], err)
 	}
@@ -214,6 +220,9 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 		_, _ = rw.releaseWrite(nc, owner)
 		return false, 0, closedErr("lock", rw.name)
 	}
+	if v == 1 {
+		rw.c.waits.wakeOwner(rw.channel, owner) // the owner's other waiters re-enter
+	}
 	return true, 0, nil
 }
 
@@ -221,9 +230,11 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 // out. Best effort: a mark left behind expires with its lease.
 func (rw *RWMutex) cancelWrite(ctx context.Context, owner string) {
 	msg, err := scripts.RWCancelWrite.Run(context.WithoutCancel(ctx), rw.c.rdb, rw.keysCh, owner, rw.c.id).Text()
-	if err == nil {
-		rw.wakeLocal(msg)
+	if err != nil {
+		rw.c.wakeUnknown(rw.channel, err)
+		return
 	}
+	rw.wakeLocal(msg)
 }
 
 // wakeLocal applies a release message the scripts published to this
@@ -240,13 +251,13 @@ func (rw *RWMutex) wakeLocal(msg string) {
 func (rw *RWMutex) runRelease(ctx context.Context, op string, s *redis.Script, owner string) (int64, error) {
 	res, err := s.Run(ctx, rw.c.rdb, rw.keysCh, owner, rw.c.id).Slice()
 	if err != nil {
+		rw.c.wakeUnknown(rw.channel, err)
 		return 0, redisErr(op, rw.name, rw.keys[0], err)
 	}
-	if len(res) != 2 {
-		return 0, fmt.Errorf("dlock: %s %q: unexpected reply %v", op, rw.name, res)
+	n, msg, err := pair(res)
+	if err != nil {
+		return 0, fmt.Errorf("dlock: %s %q: %w", op, rw.name, err)
 	}
-	n, _ := res[0].(int64)
-	msg, _ := res[1].(string)
 	rw.wakeLocal(msg)
 	return n, nil
 }

@@ -119,7 +119,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := s.c.usable(s.err); err != nil {
 		return 0, err
 	}
-	n, err := scripts.SemAvailable.Run(ctx, s.c.rdb, s.keys).Int()
+	n, err := scripts.SemAvailable.Run(ctx, s.c.rdb, s.keysCh, s.c.id).Int()
 	if err != nil {
 		return 0, redisErr("available", s.name, s.keys[0], err)
 	}
@@ -201,7 +201,7 @@ func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.
 	ttl, renew := s.c.leaseOf(lockConfig{lease: s.lease})
 	nc := context.WithoutCancel(ctx)
 	sent := time.Now()
-	v, err := scripts.SemTry.Run(nc, s.c.rdb, s.keys, id, n, millis(ttl), millis(markTTL)).Int64()
+	v, err := scripts.SemTry.Run(nc, s.c.rdb, s.keysCh, id, n, millis(ttl), millis(markTTL), s.c.id).Int64()
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "DLOCK_TOOMANY") {
 			return nil, 0, invalidf("semaphore %q: %s", s.name, strings.TrimPrefix(err.Error(), "DLOCK_TOOMANY "))
@@ -233,6 +233,7 @@ func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.
 func (s *Semaphore) release(ctx context.Context, id string) (int64, error) {
 	res, err := scripts.SemRelease.Run(ctx, s.c.rdb, s.keysCh, id, s.c.id).Slice()
 	if err != nil {
+		s.c.wakeUnknown(s.channel, err)
 		return 0, redisErr("release", s.name, s.keys[0], err)
 	}
 	n, msg, err := pair(res)
@@ -253,9 +254,11 @@ func (s *Semaphore) giveBack(ctx context.Context, id string) {
 // is dropped when its waiting mark runs out.
 func (s *Semaphore) cancel(ctx context.Context, id string) {
 	msg, err := scripts.SemCancel.Run(context.WithoutCancel(ctx), s.c.rdb, s.keysCh, id, s.c.id).Text()
-	if err == nil {
-		s.wakeLocal(msg)
+	if err != nil {
+		s.c.wakeUnknown(s.channel, err)
+		return
 	}
+	s.wakeLocal(msg)
 }
 
 func (s *Semaphore) wakeLocal(msg string) {

@@ -53,14 +53,16 @@ type waiter struct {
 	channel    string
 	kind       byte   // kindAny, kindReader or kindWriter
 	id         string // optional: the ID a release message may name
+	owner      string // optional: the owner of a counted hold it waits for
 	prev, next *waiter
 }
 
-// waitAs describes a waiter to the registry: its kind, and the ID under
-// which release messages may name it ("" for none).
+// waitAs describes a waiter to the registry: its kind, the ID under which
+// release messages may name it, and the owner it acquires for ("" for none).
 type waitAs struct {
-	kind byte
-	id   string
+	kind  byte
+	id    string
+	owner string
 }
 
 // wakeSpec is whom a release wakes: the waiters named in ids, or else n
@@ -90,7 +92,7 @@ func (r *waitRegistry) init() {
 }
 
 func (r *waitRegistry) join(channel string, as waitAs) (*waiter, error) {
-	w := &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id}
+	w := &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -170,6 +172,29 @@ func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) {
 	}
 	if q := r.queues[channel]; q != nil {
 		r.wakeLocked(q, spec, why)
+	}
+}
+
+// wakeOwner wakes the waiters of channel that acquire for owner: once the
+// owner holds the lock, they can re-enter at once.
+func (r *waitRegistry) wakeOwner(channel, owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			if w.owner == owner {
+				w.signal(wakeLocal)
+			}
+		}
+	}
+}
+
+// wakeUnknown wakes every local waiter of channel after a release whose
+// reply was lost: the release may have happened, and this Client ignores its
+// own release messages. A needless wake-up costs one retry.
+func (c *Client) wakeUnknown(channel string, err error) {
+	if !isRedisError(err) {
+		c.waits.wake(channel, wakeSpec{}, wakeLocal)
 	}
 }
 

@@ -1,16 +1,12 @@
--- latch_set: set a latch's count unless it is set.
+-- latch_set: set a latch's count unless it is counting.
 --
--- KEYS[1]  the latch key
+-- KEYS[1]  the latch key (a hash: 'count', and 'gen', bumped at each zero)
 -- ARGV[1]  the count (>= 1)
 --
 -- Returns 1 when set, 0 when the latch was already counting. A key of
 -- another type fails with WRONGTYPE and is left untouched.
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t == 'none' then
-  redis.call('SET', KEYS[1], ARGV[1])
-  return 1
+if redis.call('HEXISTS', KEYS[1], 'count') == 1 then
+  return 0
 end
-if t ~= 'string' then
-  return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
-end
-return 0
+redis.call('HSET', KEYS[1], 'count', ARGV[1])
+return 1

@@ -7,7 +7,8 @@
 -- Returns the owner's read hold count (>= 1). A new owner is refused while
 -- another owner writes or a writer waits; the writer itself may also read
 -- (downgrade), and an owner that already reads may re-enter even when a
--- writer waits, or it would deadlock. When refused, returns -(ms until the
+-- writer waits, or it would deadlock. Re-entry keeps the lease of the
+-- owner's first read hold. When refused, returns -(ms until the
 -- blocking writer's lease or waiting mark runs out), or 0 when unknown.
 local W, RL, RC, WW = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, ttl = ARGV[1], tonumber(ARGV[2])
@@ -26,7 +27,10 @@ if not is_writer and redis.call('HEXISTS', RC, owner) == 0 then
   end
 end
 local n = redis.call('HINCRBY', RC, owner, 1)
-redis.call('ZADD', RL, 'GT', now + ttl, owner)
-extend(RL, ttl)
-extend(RC, ttl)
+if n == 1 then
+  -- Like reentrant_try.lua: the first hold's lease governs the whole hold.
+  redis.call('ZADD', RL, now + ttl, owner)
+  extend(RL, ttl)
+  extend(RC, ttl)
+end
 return n

@@ -20,6 +20,7 @@ local function now_ms()
 end
 
 -- Return expired permits to the pool and drop waiters whose mark expired.
+-- Returns how many entries it removed: when any, others may now be served.
 local function purge(M, H, C, Q, QE, now)
   local gone = redis.call('ZRANGEBYSCORE', H, '-inf', now)
   if #gone > 0 then
@@ -39,6 +40,7 @@ local function purge(M, H, C, Q, QE, now)
     end
     redis.call('ZREMRANGEBYSCORE', QE, '-inf', now)
   end
+  return #gone + #left
 end
 
 -- Free permits (may be negative after the total was lowered) and the total,
@@ -61,16 +63,24 @@ end
 
 -- Publish, and return, the release message naming the queued waiters that
 -- the free permits can serve now, in queue order; '' when there are none.
+-- A waiter wanting more than the total is named too, so that it learns so
+-- at once instead of holding the queue up.
 local function wake_servable(M, C, Q, CH, from)
-  local avail = available(M)
+  local avail, total = available(M)
   local ids = {}
   for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
     local need = tonumber(redis.call('HGET', C, id) or '0')
-    if need > avail then break end
-    avail = avail - need
-    ids[#ids + 1] = id
+    if total and need > total then
+      ids[#ids + 1] = id
+    elseif need > avail then
+      break
+    else
+      avail = avail - need
+      ids[#ids + 1] = id
+    end
   end
   if #ids == 0 then return '' end
+  -- (ids is bounded by the queue; each is a 26-character ID.)
   local msg = from .. '|0||' .. table.concat(ids, ',')
   redis.call('PUBLISH', CH, msg)
   return msg
