@@ -27,6 +27,7 @@ type Client struct {
 	hub   *pubsub.Hub
 	waits waitRegistry
 	wd    *watchdog
+	tel   *telemetry
 
 	holdsMu sync.Mutex
 	holds   map[string]*lease     // reentrant holds, by holdKey(key, owner)
@@ -51,6 +52,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		}
 	}
 	c := &Client{rdb: rdb, cfg: cfg, id: rand.Text(), err: cfg.err, holds: make(map[string]*lease), gates: make(map[string]*ownerGate)}
+	c.tel = newTelemetry(&cfg)
 	if isNil(rdb) {
 		c.err = invalidf("nil redis client")
 	}

@@ -52,7 +52,9 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 
 // CountDown takes one off the count. At zero it wakes every Await; at zero
 // already it does nothing.
-func (l *CountDownLatch) CountDown(ctx context.Context) error {
+func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
+	ctx, sp := l.c.tel.start(ctx, kindLatchName, "CountDownLatch.CountDown", l.name, 0)
+	defer func() { sp.endOther(err) }()
 	if err := l.c.usable(l.err); err != nil {
 		return err
 	}
@@ -97,7 +99,9 @@ func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error
 // a lost message or dropped connection delays it at most until the next
 // re-subscription or the watchdog timeout. When ctx ends first it returns an
 // error matching both ErrNotObtained and ctx.Err().
-func (l *CountDownLatch) Await(ctx context.Context) error {
+func (l *CountDownLatch) Await(ctx context.Context) (err error) {
+	ctx, sp := l.c.tel.start(ctx, kindLatchName, "CountDownLatch.Await", l.name, 0)
+	defer func() { sp.endAcquire(err, err == nil, true) }()
 	if err := l.c.usable(l.err); err != nil {
 		return err
 	}
@@ -115,5 +119,5 @@ func (l *CountDownLatch) Await(ctx context.Context) error {
 		}
 		return err == nil && (count <= 0 || gen != gen0), 0, err
 	}
-	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{}, 0, try)
+	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{metric: kindLatchName}, 0, try)
 }

@@ -3,13 +3,18 @@ package dlock
 import (
 	"context"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // lease is this Client's record of one hold: what to renew, until when the
 // server is known to keep it, and how to tell the holder when it is lost.
 type lease struct {
-	name  string // the lock's name, for logs and errors
-	key   string
+	name     string // the lock's name, for logs and errors
+	kind     string // the primitive, for metrics
+	origin   trace.SpanContext
+	acquired time.Time
+	key      string
 	extra []string      // further keys the renewal needs (kind 'R')
 	spec  string        // what renew.lua checks, e.g. "s<token>"; see renew.lua
 	renew bool          // renewed by the watchdog (no WithLease)
@@ -39,14 +44,17 @@ const (
 
 // newLease records a hold that the server granted on a request sent at sent.
 // Its deadline counts from the send, not the reply, since the server may
-// have started the lease any time after it.
-func newLease(name, key, spec string, renew bool, ttl time.Duration, sent time.Time) *lease {
-	ctx, cancel := context.WithCancelCause(context.Background())
+// have started the lease any time after it. The span in ctx, if any, is the
+// one a lost-hold span links back to.
+func newLease(ctx context.Context, kind, name, key, spec string, renew bool, ttl time.Duration, sent time.Time) *lease {
+	hctx, cancel := context.WithCancelCause(context.Background())
 	return &lease{
-		name: name, key: key, spec: spec, renew: renew, ttl: ttl,
+		name: name, kind: kind, key: key, spec: spec, renew: renew, ttl: ttl,
+		origin:   trace.SpanContextFromContext(ctx),
+		acquired: time.Now(),
 		deadline: sent.Add(ttl),
 		lost:     make(chan struct{}),
-		ctx:      ctx,
+		ctx:      hctx,
 		cancel:   cancel,
 	}
 }

@@ -54,7 +54,9 @@ func (m *Mutex) Name() string { return m.name }
 // released. A blocked Lock waits for a release message rather than polling,
 // and re-checks at the latest when the holder's lease runs out. Uncontended,
 // Lock is one round trip to Redis.
-func (m *Mutex) Lock(ctx context.Context) error {
+func (m *Mutex) Lock(ctx context.Context) (err error) {
+	ctx, sp := m.c.tel.start(ctx, kindMutexName, "Mutex.Lock", m.name, m.lc.lease)
+	defer func() { sp.endAcquire(err, err == nil, true) }()
 	if err := m.c.usable(m.lc.err); err != nil {
 		return err
 	}
@@ -70,7 +72,7 @@ func (m *Mutex) Lock(ctx context.Context) error {
 		return m.unknownOutcome(nc, token, err)
 	}
 	if !ok {
-		err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{}, 0, func() (bool, time.Duration, error) {
+		err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{metric: kindMutexName}, 0, func() (bool, time.Duration, error) {
 			sent = time.Now()
 			return m.try(nc, token, ttl)
 		})
@@ -85,7 +87,9 @@ func (m *Mutex) Lock(ctx context.Context) error {
 // round trip. A lock held elsewhere is (false, nil); an error means Redis
 // could not be asked, or ctx had ended. As with sync.Mutex, correct uses of
 // TryLock are rare: most callers want Lock with a deadline in ctx.
-func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
+func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
+	ctx, sp := m.c.tel.start(ctx, kindMutexName, "Mutex.TryLock", m.name, m.lc.lease)
+	defer func() { sp.endAcquire(err, ok, false) }()
 	if err := m.c.usable(m.lc.err); err != nil {
 		return false, err
 	}
@@ -95,7 +99,7 @@ func (m *Mutex) TryLock(ctx context.Context) (bool, error) {
 	token := rand.Text()
 	ttl, renew := m.c.leaseOf(m.lc)
 	sent := time.Now()
-	ok, _, err := m.try(context.WithoutCancel(ctx), token, ttl)
+	ok, _, err = m.try(context.WithoutCancel(ctx), token, ttl)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -134,7 +138,7 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 		_, _ = m.release(context.WithoutCancel(ctx), token)
 		return notObtained("lock", m.name, ctx)
 	}
-	l := newLease(m.name, m.key, "s"+token, renew, ttl, sent)
+	l := newLease(ctx, kindMutexName, m.name, m.key, "s"+token, renew, ttl, sent)
 	m.mu.Lock()
 	old := m.hold
 	m.hold = l
@@ -171,7 +175,9 @@ func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 // the hold was lost before Unlock; in both cases nothing else changes. Unlock
 // sends its request even when ctx has ended, since leaving a lock behind is
 // worse than a late call; ctx still carries values such as trace spans.
-func (m *Mutex) Unlock(ctx context.Context) error {
+func (m *Mutex) Unlock(ctx context.Context) (err error) {
+	ctx, sp := m.c.tel.start(ctx, kindMutexName, "Mutex.Unlock", m.name, m.lc.lease)
+	defer func() { sp.endRelease(err) }()
 	if err := m.c.usable(m.lc.err); err != nil {
 		return err
 	}

@@ -3,6 +3,9 @@ package dlock
 import (
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults. Every default lives here.
@@ -26,10 +29,13 @@ const (
 type Option func(*config)
 
 type config struct {
-	prefix   string
-	watchdog time.Duration
-	logger   *slog.Logger
-	err      error
+	prefix         string
+	watchdog       time.Duration
+	logger         *slog.Logger
+	tracerProvider trace.TracerProvider // nil: the OpenTelemetry global
+	meterProvider  metric.MeterProvider // nil: the OpenTelemetry global
+	nameAttr       bool
+	err            error
 }
 
 func defaultConfig() config {
@@ -76,6 +82,26 @@ func WithLogger(l *slog.Logger) Option {
 			c.logger = l
 		}
 	}
+}
+
+// WithTracerProvider sets where dlock's spans go. Default: the OpenTelemetry
+// global TracerProvider, so a service that configured OpenTelemetry gets
+// them with no dlock-specific setup.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}
+
+// WithMeterProvider sets where dlock's metrics go. Default: the
+// OpenTelemetry global MeterProvider.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.meterProvider = mp }
+}
+
+// WithMetricLockNames adds the lock's name (attribute dlock.name) to every
+// metric point. Off by default: one time series per lock name can be many.
+// Spans always carry the name.
+func WithMetricLockNames() Option {
+	return func(c *config) { c.nameAttr = true }
 }
 
 // LockOption configures one lock handle.

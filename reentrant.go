@@ -67,7 +67,9 @@ func holdKey(key, owner string) string { return key + "\x00" + owner }
 // When ctx ends first it returns an error matching both ErrNotObtained and
 // ctx.Err(), and leaves the hold count as it was. Uncontended, Lock is one
 // round trip.
-func (r *ReentrantMutex) Lock(ctx context.Context) error {
+func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.Lock", r.name, r.lc.lease)
+	defer func() { sp.endAcquire(err, err == nil, true) }()
 	owner, err := r.owner(ctx)
 	if err != nil {
 		return err
@@ -80,13 +82,15 @@ func (r *ReentrantMutex) Lock(ctx context.Context) error {
 	if err != nil || ok {
 		return err
 	}
-	return r.c.wait(ctx, "lock", r.name, r.channel, waitAs{owner: owner}, left, try)
+	return r.c.wait(ctx, "lock", r.name, r.channel, waitAs{owner: owner, metric: kindReentrantName}, left, try)
 }
 
 // TryLock takes or re-enters the lock if no other owner holds it, and
 // reports whether it did, in one round trip. Another owner's hold is
 // (false, nil).
-func (r *ReentrantMutex) TryLock(ctx context.Context) (bool, error) {
+func (r *ReentrantMutex) TryLock(ctx context.Context) (ok bool, err error) {
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.TryLock", r.name, r.lc.lease)
+	defer func() { sp.endAcquire(err, ok, false) }()
 	owner, err := r.owner(ctx)
 	if err != nil {
 		return false, err
@@ -94,7 +98,7 @@ func (r *ReentrantMutex) TryLock(ctx context.Context) (bool, error) {
 	if ctx.Err() != nil {
 		return false, notObtained("trylock", r.name, ctx)
 	}
-	ok, _, err := r.attempt(ctx, owner)
+	ok, _, err = r.attempt(ctx, owner)
 	return ok && err == nil, err
 }
 
@@ -124,13 +128,14 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 		_, _ = r.release(nc, owner)
 		return false, 0, notObtained("lock", r.name, ctx)
 	}
-	if !r.c.trackHold(hk, v, func() *lease { return newLease(r.name, r.key, "h"+owner, renew, ttl, sent) }) {
+	if !r.c.trackHold(hk, v, func() *lease { return newLease(ctx, kindReentrantName, r.name, r.key, "h"+owner, renew, ttl, sent) }) {
 		_, _ = r.release(nc, owner)
 		return false, 0, closedErr("lock", r.name)
 	}
 	if v == 1 {
 		r.c.waits.wakeOwner(r.channel, owner) // the owner's other waiters re-enter
 	}
+	annotate(ctx, attrHoldCount.Int64(v))
 	return true, 0, nil
 }
 
@@ -152,7 +157,9 @@ func (r *ReentrantMutex) release(ctx context.Context, owner string) (int64, erro
 // It returns an error matching ErrNotHeld when the owner holds nothing, and
 // one matching ErrLost when the owner's hold had been lost; nothing else
 // changes then. Like Mutex.Unlock, it runs even when ctx has ended.
-func (r *ReentrantMutex) Unlock(ctx context.Context) error {
+func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.Unlock", r.name, r.lc.lease)
+	defer func() { sp.endRelease(err) }()
 	owner, err := r.owner(ctx)
 	if err != nil {
 		return err
@@ -215,7 +222,9 @@ func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) {
 // of it at their next renewal, through Lost and their hold contexts; holders
 // on this Client learn at once. It is for operators and tests: a holder that
 // is still running loses its exclusion.
-func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (bool, error) {
+func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (deleted bool, err error) {
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.ForceUnlock", r.name, r.lc.lease)
+	defer func() { sp.endOther(err) }()
 	if err := r.c.usable(r.lc.err); err != nil {
 		return false, err
 	}

@@ -72,7 +72,9 @@ func (rw *RWMutex) writeKey(owner string) string { return holdKey(rw.keys[0], ow
 // RLock blocks until the owner holds a read lock, ctx ends, or the Client
 // closes. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), and changes nothing.
-func (rw *RWMutex) RLock(ctx context.Context) error {
+func (rw *RWMutex) RLock(ctx context.Context) (err error) {
+	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "RWMutex.RLock", rw.name, rw.lc.lease)
+	defer func() { sp.endAcquire(err, err == nil, true) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
 		return err
@@ -85,12 +87,14 @@ func (rw *RWMutex) RLock(ctx context.Context) error {
 	if err != nil || ok {
 		return err
 	}
-	return rw.c.wait(ctx, "rlock", rw.name, rw.channel, waitAs{kind: kindReader, owner: owner}, left, try)
+	return rw.c.wait(ctx, "rlock", rw.name, rw.channel, waitAs{kind: kindReader, owner: owner, metric: kindRWReadName}, left, try)
 }
 
 // TryRLock takes or re-enters a read hold if no other owner writes and no
 // writer waits, and reports whether it did, in one round trip.
-func (rw *RWMutex) TryRLock(ctx context.Context) (bool, error) {
+func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
+	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "RWMutex.TryRLock", rw.name, rw.lc.lease)
+	defer func() { sp.endAcquire(err, ok, false) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
 		return false, err
@@ -98,7 +102,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (bool, error) {
 	if ctx.Err() != nil {
 		return false, notObtained("tryrlock", rw.name, ctx)
 	}
-	ok, _, err := rw.attemptRead(ctx, owner)
+	ok, _, err = rw.attemptRead(ctx, owner)
 	return ok && err == nil, err
 }
 
@@ -125,7 +129,7 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 		return false, 0, notObtained("rlock", rw.name, ctx)
 	}
 	fresh := func() *lease {
-		l := newLease(rw.name, rw.keys[1], "R"+owner, renew, ttl, sent)
+		l := newLease(ctx, kindRWReadName, rw.name, rw.keys[1], "R"+owner, renew, ttl, sent)
 		l.extra = rw.keys[2:3]
 		return l
 	}
@@ -136,6 +140,7 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 	if v == 1 {
 		rw.c.waits.wakeOwner(rw.channel, owner) // the owner may now re-enter or downgrade
 	}
+	annotate(ctx, attrHoldCount.Int64(v))
 	return true, 0, nil
 }
 
@@ -144,7 +149,9 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 // matching ErrUpgrade at once if the owner holds a read lock and not the
 // write lock. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), withdraws its wait, and changes nothing.
-func (rw *RWMutex) Lock(ctx context.Context) error {
+func (rw *RWMutex) Lock(ctx context.Context) (err error) {
+	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "RWMutex.Lock", rw.name, rw.lc.lease)
+	defer func() { sp.endAcquire(err, err == nil, true) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
 		return err
@@ -160,13 +167,13 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 	}
 	// The script left a waiting mark; the watchdog keeps it alive while this
 	// caller waits, so a crashed writer stops holding readers back.
-	mark := newLease(rw.name, rw.keys[3], "z"+owner, true, markTTL, time.Now())
+	mark := newLease(ctx, kindRWWriteName, rw.name, rw.keys[3], "z"+owner, true, markTTL, time.Now())
 	mark.mark = true
 	if !rw.c.wd.add(mark) {
 		rw.cancelWrite(ctx, owner)
 		return closedErr("lock", rw.name)
 	}
-	err = rw.c.wait(ctx, "lock", rw.name, rw.channel, waitAs{kind: kindWriter, owner: owner}, left, try)
+	err = rw.c.wait(ctx, "lock", rw.name, rw.channel, waitAs{kind: kindWriter, owner: owner, metric: kindRWWriteName}, left, try)
 	rw.c.wd.dropped(mark)
 	if err != nil {
 		rw.cancelWrite(ctx, owner)
@@ -176,7 +183,9 @@ func (rw *RWMutex) Lock(ctx context.Context) error {
 
 // TryLock takes or re-enters the write lock if nobody else holds the lock,
 // and reports whether it did, in one round trip. It leaves no waiting mark.
-func (rw *RWMutex) TryLock(ctx context.Context) (bool, error) {
+func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
+	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "RWMutex.TryLock", rw.name, rw.lc.lease)
+	defer func() { sp.endAcquire(err, ok, false) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
 		return false, err
@@ -184,7 +193,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) (bool, error) {
 	if ctx.Err() != nil {
 		return false, notObtained("trylock", rw.name, ctx)
 	}
-	ok, _, err := rw.attemptWrite(ctx, owner, 0)
+	ok, _, err = rw.attemptWrite(ctx, owner, 0)
 	return ok && err == nil, err
 }
 
@@ -216,13 +225,14 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 		_, _ = rw.releaseWrite(nc, owner)
 		return false, 0, notObtained("lock", rw.name, ctx)
 	}
-	if !rw.c.trackHold(hk, v, func() *lease { return newLease(rw.name, rw.keys[0], "h"+owner, renew, ttl, sent) }) {
+	if !rw.c.trackHold(hk, v, func() *lease { return newLease(ctx, kindRWWriteName, rw.name, rw.keys[0], "h"+owner, renew, ttl, sent) }) {
 		_, _ = rw.releaseWrite(nc, owner)
 		return false, 0, closedErr("lock", rw.name)
 	}
 	if v == 1 {
 		rw.c.waits.wakeOwner(rw.channel, owner) // the owner's other waiters re-enter
 	}
+	annotate(ctx, attrHoldCount.Int64(v))
 	return true, 0, nil
 }
 
@@ -274,7 +284,9 @@ func (rw *RWMutex) releaseWrite(ctx context.Context, owner string) (int64, error
 // waiting writer (or everyone, if none waits). It returns an error matching
 // ErrNotHeld when the owner reads nothing, or ErrLost when its read hold was
 // lost. Like Mutex.Unlock, it runs even when ctx has ended.
-func (rw *RWMutex) RUnlock(ctx context.Context) error {
+func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
+	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "RWMutex.RUnlock", rw.name, rw.lc.lease)
+	defer func() { sp.endRelease(err) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
 		return err
@@ -291,7 +303,9 @@ func (rw *RWMutex) RUnlock(ctx context.Context) error {
 // readers. It returns an error matching ErrNotHeld when the owner does not
 // write, or ErrLost when its write hold was lost. Like Mutex.Unlock, it runs
 // even when ctx has ended.
-func (rw *RWMutex) Unlock(ctx context.Context) error {
+func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
+	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "RWMutex.Unlock", rw.name, rw.lc.lease)
+	defer func() { sp.endRelease(err) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
 		return err

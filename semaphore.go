@@ -131,7 +131,10 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 // order (see Semaphore). n must be between 1 and the total. When ctx ends
 // first it returns an error matching both ErrNotObtained and ctx.Err(),
 // leaves the queue, and takes nothing.
-func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
+func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
+	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "Semaphore.Acquire", s.name, s.lease)
+	defer func() { sp.endAcquire(err, err == nil, true) }()
+	annotate(ctx, attrPermits.Int(n))
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
@@ -140,7 +143,6 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 	}
 	id := rand.Text()
 	markTTL := s.c.cfg.watchdog
-	var p *Permit
 	try := func() (bool, time.Duration, error) {
 		var left time.Duration
 		var err error
@@ -153,13 +155,13 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 	}
 	// The request is queued; the watchdog keeps its place while it waits, and
 	// a crashed waiter's place is given up when its mark runs out.
-	mark := newLease(s.name, s.keys[4], "z"+id, true, markTTL, time.Now())
+	mark := newLease(ctx, kindSemaphoreName, s.name, s.keys[4], "z"+id, true, markTTL, time.Now())
 	mark.mark = true
 	if !s.c.wd.add(mark) {
 		s.cancel(ctx, id)
 		return nil, closedErr("acquire", s.name)
 	}
-	err = s.c.wait(ctx, "acquire", s.name, s.channel, waitAs{id: id}, left, try)
+	err = s.c.wait(ctx, "acquire", s.name, s.channel, waitAs{id: id, metric: kindSemaphoreName}, left, try)
 	s.c.wd.dropped(mark)
 	if err != nil {
 		s.cancel(ctx, id)
@@ -171,14 +173,17 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (*Permit, error) {
 // TryAcquire takes n permits if they are free and nobody is queued ahead,
 // in one round trip. When they are not, it returns an error matching
 // ErrNotObtained.
-func (s *Semaphore) TryAcquire(ctx context.Context, n int) (*Permit, error) {
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
+	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "Semaphore.TryAcquire", s.name, s.lease)
+	defer func() { sp.endAcquire(err, p != nil, false) }()
+	annotate(ctx, attrPermits.Int(n))
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
 	if ctx.Err() != nil {
 		return nil, notObtained("tryacquire", s.name, ctx)
 	}
-	p, _, err := s.attempt(ctx, rand.Text(), n, 0)
+	p, _, err = s.attempt(ctx, rand.Text(), n, 0)
 	if err == nil && p == nil {
 		err = fmt.Errorf("dlock: tryacquire %q: %d permits: %w", s.name, n, ErrNotObtained)
 	}
@@ -220,7 +225,7 @@ func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.
 		s.giveBack(nc, id)
 		return nil, 0, notObtained("acquire", s.name, ctx)
 	}
-	p := &Permit{s: s, id: id, n: n, l: newLease(s.name, s.keys[1], "z"+id, renew, ttl, sent)}
+	p := &Permit{s: s, id: id, n: n, l: newLease(ctx, kindSemaphoreName, s.name, s.keys[1], "z"+id, renew, ttl, sent)}
 	if !s.c.wd.add(p.l) {
 		s.giveBack(nc, id)
 		return nil, 0, closedErr("acquire", s.name)
@@ -301,8 +306,11 @@ func (p *Permit) Count() int { return p.n }
 // second Release, or one after the lease expired, returns an error matching
 // ErrNotHeld (and ErrLost, when the lease ran out) and changes no count.
 // Like Mutex.Unlock, it runs even when ctx has ended.
-func (p *Permit) Release(ctx context.Context) error {
+func (p *Permit) Release(ctx context.Context) (err error) {
 	s := p.s
+	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "Permit.Release", s.name, s.lease)
+	defer func() { sp.endRelease(err) }()
+	annotate(ctx, attrPermits.Int(p.n))
 	if err := s.c.usable(nil); err != nil {
 		return err
 	}

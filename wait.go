@@ -59,10 +59,12 @@ type waiter struct {
 
 // waitAs describes a waiter to the registry: its kind, the ID under which
 // release messages may name it, and the owner it acquires for ("" for none).
+// metric is the primitive's kind for the waiters gauge.
 type waitAs struct {
-	kind  byte
-	id    string
-	owner string
+	kind   byte
+	id     string
+	owner  string
+	metric string
 }
 
 // wakeSpec is whom a release wakes: the waiters named in ids, or else n
@@ -263,9 +265,14 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 		return waitErr(op, name, err)
 	}
 	acquired := false
+	waiting := c.tel.metricAttrs(as.metric, "", name)
+	c.tel.waiters.Add(ctx, 1, waiting)
+	attempts := 1 // the caller's first try
 	defer func() {
 		c.waits.leave(w, acquired)
 		c.hub.Release(channel)
+		c.tel.waiters.Add(ctx, -1, waiting)
+		annotate(ctx, attrAttempts.Int(attempts))
 	}()
 
 	first := c.retryAfter(left)
@@ -279,6 +286,7 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	for retry := confirmed; ; retry = true {
 		if retry {
 			c.waits.attempt(w)
+			attempts++
 			ok, left, err := try()
 			if err != nil {
 				return err
@@ -294,7 +302,9 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 			if why == wakeClosed {
 				return closedErr(op, name)
 			}
+			wokeUp(ctx, wakeReasonNames[why], attempts+1)
 		case <-timer.C:
+			wokeUp(ctx, "timer", attempts+1)
 		case <-ctx.Done():
 			return notObtained(op, name, ctx)
 		}

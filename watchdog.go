@@ -67,6 +67,9 @@ func (w *watchdog) add(l *lease) bool {
 	w.leases[l] = struct{}{}
 	early := l.deadline.Before(w.nextWake)
 	w.mu.Unlock()
+	if !l.mark {
+		w.c.tel.holdStarted(l)
+	}
 	if early {
 		select {
 		case w.kick <- struct{}{}:
@@ -102,11 +105,19 @@ func (w *watchdog) released(l *lease) (lostCause error) {
 	case leaseLost:
 		return l.cause
 	case leaseHeld:
-		l.state, l.cause = leaseReleased, errReleased
-		delete(w.leases, l)
-		l.cancel(errReleased)
+		w.endLocked(l, errReleased)
 	}
 	return nil
+}
+
+// endLocked ends a held lease normally.
+func (w *watchdog) endLocked(l *lease, cause error) {
+	l.state, l.cause = leaseReleased, cause
+	delete(w.leases, l)
+	l.cancel(cause)
+	if !l.mark {
+		w.c.tel.holdEnded(l, resultReleased)
+	}
 }
 
 // lostCause returns why l was lost, or nil while it is held or after a
@@ -132,9 +143,7 @@ func (w *watchdog) dropped(l *lease) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if l.state == leaseHeld {
-		l.state, l.cause = leaseReleased, errReleased
-		delete(w.leases, l)
-		l.cancel(errReleased)
+		w.endLocked(l, errReleased)
 	}
 }
 
@@ -157,6 +166,8 @@ func (w *watchdog) loseLocked(l *lease, cause error) {
 	if l.mark {
 		return
 	}
+	w.c.tel.holdEnded(l, resultLost)
+	w.c.tel.holdLost(l, cause)
 	w.c.cfg.logger.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", holderOf(l.spec), "cause", cause.Error())
 }
 
@@ -240,15 +251,18 @@ func (w *watchdog) renewAll() {
 	w.calls.Add(int64(len(batches)))
 
 	var failed error
+	var renewed, gone, failedN int64
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, b := range batches {
+		w.c.tel.batchSize.Record(ctx, int64(len(b.leases)))
 		res, err := cmds[i].Int64Slice()
 		if err != nil || len(res) != len(b.leases) {
 			if err == nil {
 				err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.leases))
 			}
 			failed = err
+			failedN += int64(len(b.leases))
 			continue
 		}
 		for j, l := range b.leases {
@@ -256,12 +270,22 @@ func (w *watchdog) renewAll() {
 				continue
 			}
 			if res[j] == 1 {
+				renewed++
 				if d := sent.Add(ttl); d.After(l.deadline) {
 					l.deadline = d
 				}
 			} else {
+				gone++
 				w.loseLocked(l, fmt.Errorf("%w: renewal found the hold gone", ErrLost))
 			}
+		}
+	}
+	for _, r := range []struct {
+		n      int64
+		result string
+	}{{renewed, resultRenewed}, {gone, resultGone}, {failedN, resultFailed}} {
+		if r.n > 0 {
+			w.c.tel.renewals.Add(ctx, r.n, cachedAttrs("", r.result))
 		}
 	}
 	if failed != nil {

@@ -1,0 +1,270 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instrumentationName names dlock's tracer and meter.
+const instrumentationName = "github.com/dlock-go/dlock"
+
+// Primitive kinds, the dlock.kind attribute.
+const (
+	kindMutexName     = "mutex"
+	kindReentrantName = "reentrant_mutex"
+	kindRWReadName    = "rwmutex_read"
+	kindRWWriteName   = "rwmutex_write"
+	kindSemaphoreName = "semaphore"
+	kindLatchName     = "countdown_latch"
+)
+
+// Outcomes, the dlock.result attribute.
+const (
+	resultAcquired    = "acquired"
+	resultNotObtained = "not_obtained" // TryLock found it taken: an outcome, not an error
+	resultCancelled   = "cancelled"    // ctx ended while blocking
+	resultReleased    = "released"
+	resultNotHeld     = "not_held"
+	resultLost        = "lost"
+	resultClosed      = "closed"
+	resultInvalid     = "invalid"
+	resultError       = "error" // Redis or network failure
+	resultRenewed     = "renewed"
+	resultGone        = "gone"
+	resultFailed      = "failed"
+)
+
+// Attribute keys.
+var (
+	attrKind      = attribute.Key("dlock.kind")
+	attrName      = attribute.Key("dlock.name")
+	attrResult    = attribute.Key("dlock.result")
+	attrLeaseMode = attribute.Key("dlock.lease_mode")
+	attrHoldCount = attribute.Key("dlock.hold_count")
+	attrPermits   = attribute.Key("dlock.permits")
+	attrAttempts  = attribute.Key("dlock.attempts")
+	attrReason    = attribute.Key("dlock.wake_reason")
+	attrCause     = attribute.Key("dlock.cause")
+)
+
+// telemetry holds the Client's tracer and instruments. With the OpenTelemetry
+// globals unset, both are no-ops that cost a few hundred nanoseconds a call.
+type telemetry struct {
+	tracer   trace.Tracer
+	nameAttr bool // put the lock name on metrics too (high cardinality)
+
+	waitDuration metric.Float64Histogram
+	holdDuration metric.Float64Histogram
+	acquisitions metric.Int64Counter
+	releases     metric.Int64Counter
+	lost         metric.Int64Counter
+	renewals     metric.Int64Counter
+	batchSize    metric.Int64Histogram
+	waiters      metric.Int64UpDownCounter
+	holds        metric.Int64UpDownCounter
+}
+
+func newTelemetry(cfg *config) *telemetry {
+	tp, mp := cfg.tracerProvider, cfg.meterProvider
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), nameAttr: cfg.nameAttr}
+	m := mp.Meter(instrumentationName)
+	// Instrument creation fails only for invalid names; ours are fixed, and a
+	// failed instrument is a no-op, so the errors are dropped.
+	t.waitDuration, _ = m.Float64Histogram("dlock.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time blocking calls (Lock, RLock, Acquire, Await) took, by kind and result."))
+	t.holdDuration, _ = m.Float64Histogram("dlock.hold.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time from acquiring a hold to its release or loss, by kind and result."))
+	t.acquisitions, _ = m.Int64Counter("dlock.acquisitions", metric.WithUnit("{acquisition}"),
+		metric.WithDescription("Acquisition calls, by kind and result."))
+	t.releases, _ = m.Int64Counter("dlock.releases", metric.WithUnit("{release}"),
+		metric.WithDescription("Release calls (Unlock, RUnlock, Release), by kind and result."))
+	t.lost, _ = m.Int64Counter("dlock.lost", metric.WithUnit("{hold}"),
+		metric.WithDescription("Holds lost before their holder released them, by kind."))
+	t.renewals, _ = m.Int64Counter("dlock.watchdog.renewals", metric.WithUnit("{renewal}"),
+		metric.WithDescription("Lease renewals by the watchdog, by result (renewed, gone, failed)."))
+	t.batchSize, _ = m.Int64Histogram("dlock.watchdog.batch.size", metric.WithUnit("{lease}"),
+		metric.WithDescription("Leases per renewal script call."))
+	t.waiters, _ = m.Int64UpDownCounter("dlock.waiters", metric.WithUnit("{waiter}"),
+		metric.WithDescription("Callers blocked right now, by kind."))
+	t.holds, _ = m.Int64UpDownCounter("dlock.holds", metric.WithUnit("{hold}"),
+		metric.WithDescription("Holds this Client keeps right now, by kind."))
+	return t
+}
+
+// metricAttrs returns the attribute set for a metric point. Without the name
+// opt-in the sets are few, so they are cached.
+func (t *telemetry) metricAttrs(kind, result, name string) metric.MeasurementOption {
+	if t.nameAttr && name != "" {
+		return metric.WithAttributes(attrKind.String(kind), attrResult.String(result), attrName.String(name))
+	}
+	return cachedAttrs(kind, result)
+}
+
+var attrCache = map[[2]string]metric.MeasurementOption{}
+
+func init() {
+	kinds := []string{kindMutexName, kindReentrantName, kindRWReadName, kindRWWriteName, kindSemaphoreName, kindLatchName, ""}
+	results := []string{resultAcquired, resultNotObtained, resultCancelled, resultReleased, resultNotHeld,
+		resultLost, resultClosed, resultInvalid, resultError, resultRenewed, resultGone, resultFailed, ""}
+	for _, k := range kinds {
+		for _, r := range results {
+			var kv []attribute.KeyValue
+			if k != "" {
+				kv = append(kv, attrKind.String(k))
+			}
+			if r != "" {
+				kv = append(kv, attrResult.String(r))
+			}
+			attrCache[[2]string{k, r}] = metric.WithAttributeSet(attribute.NewSet(kv...))
+		}
+	}
+}
+
+func cachedAttrs(kind, result string) metric.MeasurementOption {
+	if o, ok := attrCache[[2]string{kind, result}]; ok {
+		return o
+	}
+	return metric.WithAttributes(attrKind.String(kind), attrResult.String(result))
+}
+
+// span is one instrumented public call.
+type span struct {
+	t     *telemetry
+	span  trace.Span
+	kind  string
+	name  string
+	start time.Time
+}
+
+// start opens the span of a public call, a child of the span in ctx.
+func (t *telemetry) start(ctx context.Context, kind, op, name string, lease time.Duration) (context.Context, *span) {
+	mode := "watchdog"
+	if lease > 0 {
+		mode = "explicit"
+	}
+	ctx, sp := t.tracer.Start(ctx, "dlock."+op, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String(mode)))
+	return ctx, &span{t: t, span: sp, kind: kind, name: name, start: time.Now()}
+}
+
+// endAcquire closes the span of an acquisition. acquired is false for a
+// TryLock that found the lock taken, which is an outcome, not an error.
+// blocking calls also record the wait duration.
+func (s *span) endAcquire(err error, acquired, blocking bool) {
+	result := resultAcquired
+	switch {
+	case err != nil:
+		result = resultOf(err)
+	case !acquired:
+		result = resultNotObtained
+	}
+	if err != nil && result != resultNotObtained {
+		s.span.RecordError(err)
+		s.span.SetStatus(codes.Error, err.Error())
+	}
+	s.span.SetAttributes(attrResult.String(result))
+	s.span.End()
+	ctx := context.Background()
+	s.t.acquisitions.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
+	if blocking {
+		s.t.waitDuration.Record(ctx, time.Since(s.start).Seconds(), s.t.metricAttrs(s.kind, result, s.name))
+	}
+}
+
+// endRelease closes the span of a release call; ErrNotHeld and ErrLost mark
+// it failed.
+func (s *span) endRelease(err error) {
+	result := resultReleased
+	if err != nil {
+		result = resultOf(err)
+		s.span.RecordError(err)
+		s.span.SetStatus(codes.Error, err.Error())
+	}
+	s.span.SetAttributes(attrResult.String(result))
+	s.span.End()
+	s.t.releases.Add(context.Background(), 1, s.t.metricAttrs(s.kind, result, s.name))
+}
+
+// endOther closes the span of a call that neither acquires nor releases.
+func (s *span) endOther(err error) {
+	if err != nil {
+		s.span.RecordError(err)
+		s.span.SetStatus(codes.Error, err.Error())
+	}
+	s.span.End()
+}
+
+func resultOf(err error) string {
+	switch {
+	case errors.Is(err, ErrLost):
+		return resultLost
+	case errors.Is(err, ErrNotHeld):
+		return resultNotHeld
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return resultCancelled
+	case errors.Is(err, ErrNotObtained):
+		return resultNotObtained
+	case errors.Is(err, ErrClosed):
+		return resultClosed
+	case errors.Is(err, ErrInvalid), errors.Is(err, ErrUpgrade):
+		return resultInvalid
+	}
+	return resultError
+}
+
+// annotate sets attributes on the span in ctx, if it records.
+func annotate(ctx context.Context, kv ...attribute.KeyValue) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.SetAttributes(kv...)
+	}
+}
+
+var wakeReasonNames = [...]string{wakeRelease: "notification", wakeLocal: "local_release",
+	wakeSubscribed: "resubscribed", wakeClosed: "closed"}
+
+// wokeUp records a wake-up of a blocked call on its span: why, and which
+// attempt follows.
+func wokeUp(ctx context.Context, why string, attempt int) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.AddEvent("dlock.wake", trace.WithAttributes(attrReason.String(why), attrAttempts.Int(attempt)))
+	}
+}
+
+// holdStarted and holdEnded keep the holds gauge and hold durations.
+func (t *telemetry) holdStarted(l *lease) {
+	t.holds.Add(context.Background(), 1, t.metricAttrs(l.kind, "", l.name))
+}
+
+func (t *telemetry) holdEnded(l *lease, result string) {
+	ctx := context.Background()
+	t.holds.Add(ctx, -1, t.metricAttrs(l.kind, "", l.name))
+	t.holdDuration.Record(ctx, time.Since(l.acquired).Seconds(), t.metricAttrs(l.kind, result, l.name))
+}
+
+// holdLost records a loss: the counter, and a short span linked to the span
+// that acquired the hold, so a trace shows where the lost hold came from.
+func (t *telemetry) holdLost(l *lease, cause error) {
+	ctx := context.Background()
+	t.lost.Add(ctx, 1, t.metricAttrs(l.kind, "", l.name))
+	opts := []trace.SpanStartOption{trace.WithAttributes(attrKind.String(l.kind), attrName.String(l.name),
+		attrCause.String(cause.Error()))}
+	if l.origin.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: l.origin}))
+	}
+	_, sp := t.tracer.Start(ctx, "dlock.Lost", opts...)
+	sp.SetStatus(codes.Error, cause.Error())
+	sp.End()
+}
