@@ -2,11 +2,17 @@ package dlock_test
 
 import (
 	"context"
+	"io"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -87,4 +93,45 @@ func BenchmarkMutex_Handoff(b *testing.B) {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// BenchmarkMutex_LockUnlock_Telemetry runs the uncontended pair with
+// instrumentation effectively off (no-op providers), with the default (the
+// OpenTelemetry globals, unset), and with the SDK exporting every span (to
+// io.Discard through stdouttrace) and a metric reader attached.
+func BenchmarkMutex_LockUnlock_Telemetry(b *testing.B) {
+	srv := sharedServer(b)
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(io.Discard))
+	if err != nil {
+		b.Fatal(err)
+	}
+	sdkTP := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	sdkMP := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+	defer sdkTP.Shutdown(context.Background())
+	defer sdkMP.Shutdown(context.Background())
+	modes := []struct {
+		name string
+		opts []dlock.Option
+	}{
+		{"off", []dlock.Option{dlock.WithTracerProvider(tracenoop.NewTracerProvider()), dlock.WithMeterProvider(metricnoop.NewMeterProvider())}},
+		{"default", nil},
+		{"sdk", []dlock.Option{dlock.WithTracerProvider(sdkTP), dlock.WithMeterProvider(sdkMP)}},
+	}
+	for _, mode := range modes {
+		b.Run(mode.name, func(b *testing.B) {
+			c := dlock.New(newBenchRDB(b, srv), mode.opts...)
+			defer c.Close()
+			m := c.Mutex("bench-telemetry-" + mode.name)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := m.Lock(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Unlock(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -54,6 +54,17 @@
 // returned by HoldContext, which is cancelled with a cause matching ErrLost.
 // Loss is also logged (WithLogger). Unlock of a lost hold returns ErrLost.
 //
+// # Observability
+//
+// Every acquire and release call records an OpenTelemetry span, a child of
+// the span in its context, with the lock's kind, name and lease mode, its
+// result, the holder it found the lock held by, and an event for each
+// wake-up with its reason. A lost hold records a span linked to the one
+// that acquired it. Metrics cover wait and hold durations, acquisitions and
+// releases by result, losses, renewals, and current waiters and holds. The
+// global providers are used unless WithTracerProvider or WithMeterProvider
+// say otherwise; dlock depends on the OpenTelemetry API only.
+//
 // # Guarantees and limits
 //
 // dlock's locks are leases. A holder that stops running for longer than its

@@ -15,11 +15,11 @@ type lease struct {
 	origin   trace.SpanContext
 	acquired time.Time
 	key      string
-	extra []string      // further keys the renewal needs (kind 'R')
-	spec  string        // what renew.lua checks, e.g. "s<token>"; see renew.lua
-	renew bool          // renewed by the watchdog (no WithLease)
-	mark  bool          // a waiting mark, not a hold: its end is not logged
-	ttl   time.Duration // the lease the server applies
+	extra    []string      // further keys the renewal needs (kind 'R')
+	spec     string        // what renew.lua checks, e.g. "s<token>"; see renew.lua
+	renew    bool          // renewed by the watchdog (no WithLease)
+	mark     bool          // a waiting mark, not a hold: its end is not logged
+	ttl      time.Duration // the lease the server applies
 
 	// Guarded by the watchdog's mutex.
 	deadline  time.Time // after this the server may have let the hold expire

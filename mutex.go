@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,7 +56,7 @@ func (m *Mutex) Name() string { return m.name }
 // and re-checks at the latest when the holder's lease runs out. Uncontended,
 // Lock is one round trip to Redis.
 func (m *Mutex) Lock(ctx context.Context) (err error) {
-	ctx, sp := m.c.tel.start(ctx, kindMutexName, "Mutex.Lock", m.name, m.lc.lease)
+	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.Lock", m.name, m.lc.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	if err := m.c.usable(m.lc.err); err != nil {
 		return err
@@ -63,7 +64,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	if ctx.Err() != nil {
 		return notObtained("lock", m.name, ctx)
 	}
-	token := rand.Text()
+	token := m.c.newToken()
 	ttl, renew := m.c.leaseOf(m.lc)
 	nc := context.WithoutCancel(ctx) // a try's outcome must never be unknown
 	sent := time.Now()
@@ -88,7 +89,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 // could not be asked, or ctx had ended. As with sync.Mutex, correct uses of
 // TryLock are rare: most callers want Lock with a deadline in ctx.
 func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := m.c.tel.start(ctx, kindMutexName, "Mutex.TryLock", m.name, m.lc.lease)
+	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.TryLock", m.name, m.lc.lease)
 	defer func() { sp.endAcquire(err, ok, false) }()
 	if err := m.c.usable(m.lc.err); err != nil {
 		return false, err
@@ -96,7 +97,7 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 	if ctx.Err() != nil {
 		return false, notObtained("trylock", m.name, ctx)
 	}
-	token := rand.Text()
+	token := m.c.newToken()
 	ttl, renew := m.c.leaseOf(m.lc)
 	sent := time.Now()
 	ok, _, err = m.try(context.WithoutCancel(ctx), token, ttl)
@@ -110,14 +111,20 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 }
 
 func (m *Mutex) try(ctx context.Context, token string, ttl time.Duration) (bool, time.Duration, error) {
-	v, err := scripts.MutexTry.Run(ctx, m.c.rdb, []string{m.key}, token, millis(ttl)).Int64()
+	res, err := scripts.MutexTry.Run(ctx, m.c.rdb, []string{m.key}, token, millis(ttl)).Slice()
 	if err != nil {
 		return false, 0, m.unknownOutcome(ctx, token, err)
+	}
+	v, holder, err := pair(res)
+	if err != nil {
+		return false, 0, fmt.Errorf("dlock: lock %q: %w", m.name, err)
 	}
 	if v >= 1 {
 		return true, 0, nil
 	}
-	return false, time.Duration(-v) * time.Millisecond, nil
+	left := time.Duration(-v) * time.Millisecond
+	blocked(ctx, clientOfToken(holder), left)
+	return false, left, nil
 }
 
 // unknownOutcome handles an acquisition that failed in transit: Redis may
@@ -176,7 +183,7 @@ func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 // sends its request even when ctx has ended, since leaving a lock behind is
 // worse than a late call; ctx still carries values such as trace spans.
 func (m *Mutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp := m.c.tel.start(ctx, kindMutexName, "Mutex.Unlock", m.name, m.lc.lease)
+	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.Unlock", m.name, m.lc.lease)
 	defer func() { sp.endRelease(err) }()
 	if err := m.c.usable(m.lc.err); err != nil {
 		return err
@@ -229,6 +236,17 @@ func (m *Mutex) HoldContext(parent context.Context) (context.Context, context.Ca
 	l := m.hold
 	m.mu.Unlock()
 	return holdContext(parent, l)
+}
+
+// newToken returns a fresh token for a Mutex acquisition: the Client's ID,
+// which tells whoever waits who holds the lock, and 128 random bits, which
+// make the token unique.
+func (c *Client) newToken() string { return c.id + "." + rand.Text() }
+
+// clientOfToken returns the ID of the Client that wrote a Mutex token.
+func clientOfToken(token string) string {
+	id, _, _ := strings.Cut(token, ".")
+	return id
 }
 
 // leaseOf returns the lease a hold gets and whether the watchdog renews it.

@@ -68,7 +68,7 @@ func holdKey(key, owner string) string { return key + "\x00" + owner }
 // ctx.Err(), and leaves the hold count as it was. Uncontended, Lock is one
 // round trip.
 func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
-	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.Lock", r.name, r.lc.lease)
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "dlock.ReentrantMutex.Lock", r.name, r.lc.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	owner, err := r.owner(ctx)
 	if err != nil {
@@ -89,7 +89,7 @@ func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
 // reports whether it did, in one round trip. Another owner's hold is
 // (false, nil).
 func (r *ReentrantMutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.TryLock", r.name, r.lc.lease)
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "dlock.ReentrantMutex.TryLock", r.name, r.lc.lease)
 	defer func() { sp.endAcquire(err, ok, false) }()
 	owner, err := r.owner(ctx)
 	if err != nil {
@@ -110,7 +110,12 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 	ttl, renew := r.c.leaseOf(r.lc)
 	nc := context.WithoutCancel(ctx) // a try's outcome must be known
 	sent := time.Now()
-	v, err := scripts.ReentrantTry.Run(nc, r.c.rdb, []string{r.key}, owner, millis(ttl)).Int64()
+	res, err := scripts.ReentrantTry.Run(nc, r.c.rdb, []string{r.key}, owner, millis(ttl)).Slice()
+	var v int64
+	var holder string
+	if err == nil {
+		v, holder, err = pair(res)
+	}
 	if err != nil {
 		if !isRedisError(err) {
 			r.c.reconcile(nc, hk,
@@ -120,7 +125,9 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 		return false, 0, redisErr("lock", r.name, r.key, err)
 	}
 	if v < 1 {
-		return false, time.Duration(-v) * time.Millisecond, nil
+		left := time.Duration(-v) * time.Millisecond
+		blocked(ctx, holder, left)
+		return false, left, nil
 	}
 	if ctx.Err() != nil {
 		// Granted after ctx ended: give the hold back, so that an error
@@ -158,7 +165,7 @@ func (r *ReentrantMutex) release(ctx context.Context, owner string) (int64, erro
 // one matching ErrLost when the owner's hold had been lost; nothing else
 // changes then. Like Mutex.Unlock, it runs even when ctx has ended.
 func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.Unlock", r.name, r.lc.lease)
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "dlock.ReentrantMutex.Unlock", r.name, r.lc.lease)
 	defer func() { sp.endRelease(err) }()
 	owner, err := r.owner(ctx)
 	if err != nil {
@@ -223,7 +230,7 @@ func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) {
 // on this Client learn at once. It is for operators and tests: a holder that
 // is still running loses its exclusion.
 func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (deleted bool, err error) {
-	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "ReentrantMutex.ForceUnlock", r.name, r.lc.lease)
+	ctx, sp := r.c.tel.start(ctx, kindReentrantName, "dlock.ReentrantMutex.ForceUnlock", r.name, r.lc.lease)
 	defer func() { sp.endOther(err) }()
 	if err := r.c.usable(r.lc.err); err != nil {
 		return false, err

@@ -73,7 +73,7 @@ func (rw *RWMutex) writeKey(owner string) string { return holdKey(rw.keys[0], ow
 // closes. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), and changes nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "RWMutex.RLock", rw.name, rw.lc.lease)
+	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "dlock.RWMutex.RLock", rw.name, rw.lc.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
@@ -93,7 +93,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 // TryRLock takes or re-enters a read hold if no other owner writes and no
 // writer waits, and reports whether it did, in one round trip.
 func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "RWMutex.TryRLock", rw.name, rw.lc.lease)
+	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "dlock.RWMutex.TryRLock", rw.name, rw.lc.lease)
 	defer func() { sp.endAcquire(err, ok, false) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
@@ -150,7 +150,7 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 // write lock. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), withdraws its wait, and changes nothing.
 func (rw *RWMutex) Lock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "RWMutex.Lock", rw.name, rw.lc.lease)
+	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "dlock.RWMutex.Lock", rw.name, rw.lc.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
@@ -184,7 +184,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 // TryLock takes or re-enters the write lock if nobody else holds the lock,
 // and reports whether it did, in one round trip. It leaves no waiting mark.
 func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "RWMutex.TryLock", rw.name, rw.lc.lease)
+	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "dlock.RWMutex.TryLock", rw.name, rw.lc.lease)
 	defer func() { sp.endAcquire(err, ok, false) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
@@ -285,7 +285,7 @@ func (rw *RWMutex) releaseWrite(ctx context.Context, owner string) (int64, error
 // ErrNotHeld when the owner reads nothing, or ErrLost when its read hold was
 // lost. Like Mutex.Unlock, it runs even when ctx has ended.
 func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "RWMutex.RUnlock", rw.name, rw.lc.lease)
+	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "dlock.RWMutex.RUnlock", rw.name, rw.lc.lease)
 	defer func() { sp.endRelease(err) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {
@@ -304,7 +304,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 // write, or ErrLost when its write hold was lost. Like Mutex.Unlock, it runs
 // even when ctx has ended.
 func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "RWMutex.Unlock", rw.name, rw.lc.lease)
+	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "dlock.RWMutex.Unlock", rw.name, rw.lc.lease)
 	defer func() { sp.endRelease(err) }()
 	owner, err := rw.owner(ctx)
 	if err != nil {

@@ -132,7 +132,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 // first it returns an error matching both ErrNotObtained and ctx.Err(),
 // leaves the queue, and takes nothing.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
-	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "Semaphore.Acquire", s.name, s.lease)
+	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Semaphore.Acquire", s.name, s.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	annotate(ctx, attrPermits.Int(n))
 	if err := s.check(n); err != nil {
@@ -174,7 +174,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 // in one round trip. When they are not, it returns an error matching
 // ErrNotObtained.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
-	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "Semaphore.TryAcquire", s.name, s.lease)
+	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Semaphore.TryAcquire", s.name, s.lease)
 	defer func() { sp.endAcquire(err, p != nil, false) }()
 	annotate(ctx, attrPermits.Int(n))
 	if err := s.check(n); err != nil {
@@ -308,7 +308,7 @@ func (p *Permit) Count() int { return p.n }
 // Like Mutex.Unlock, it runs even when ctx has ended.
 func (p *Permit) Release(ctx context.Context) (err error) {
 	s := p.s
-	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "Permit.Release", s.name, s.lease)
+	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Permit.Release", s.name, s.lease)
 	defer func() { sp.endRelease(err) }()
 	annotate(ctx, attrPermits.Int(p.n))
 	if err := s.c.usable(nil); err != nil {

@@ -52,6 +52,8 @@ var (
 	attrAttempts  = attribute.Key("dlock.attempts")
 	attrReason    = attribute.Key("dlock.wake_reason")
 	attrCause     = attribute.Key("dlock.cause")
+	attrHolder    = attribute.Key("dlock.holder")
+	attrLeaseLeft = attribute.Key("dlock.lease_left_ms")
 )
 
 // telemetry holds the Client's tracer and instruments. With the OpenTelemetry
@@ -149,21 +151,39 @@ type span struct {
 	start time.Time
 }
 
-// start opens the span of a public call, a child of the span in ctx.
-func (t *telemetry) start(ctx context.Context, kind, op, name string, lease time.Duration) (context.Context, *span) {
-	mode := "watchdog"
-	if lease > 0 {
-		mode = "explicit"
+var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
+
+// start opens the span of a public call, named spanName (a constant), as a
+// child of the span in ctx. Attributes are built only for a span that
+// records, so that unconfigured OpenTelemetry costs next to nothing.
+func (t *telemetry) start(ctx context.Context, kind, spanName, name string, lease time.Duration) (context.Context, span) {
+	ctx, sp := t.tracer.Start(ctx, spanName, clientSpan)
+	if sp.IsRecording() {
+		mode := "watchdog"
+		if lease > 0 {
+			mode = "explicit"
+		}
+		sp.SetAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String(mode))
 	}
-	ctx, sp := t.tracer.Start(ctx, "dlock."+op, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String(mode)))
-	return ctx, &span{t: t, span: sp, kind: kind, name: name, start: time.Now()}
+	return ctx, span{t: t, span: sp, kind: kind, name: name, start: time.Now()}
+}
+
+// finish sets the result and status of a recording span and ends it.
+func (s span) finish(result string, err error) {
+	if s.span.IsRecording() {
+		if err != nil {
+			s.span.RecordError(err)
+			s.span.SetStatus(codes.Error, err.Error())
+		}
+		s.span.SetAttributes(attrResult.String(result))
+	}
+	s.span.End()
 }
 
 // endAcquire closes the span of an acquisition. acquired is false for a
 // TryLock that found the lock taken, which is an outcome, not an error.
 // blocking calls also record the wait duration.
-func (s *span) endAcquire(err error, acquired, blocking bool) {
+func (s span) endAcquire(err error, acquired, blocking bool) {
 	result := resultAcquired
 	switch {
 	case err != nil:
@@ -171,12 +191,11 @@ func (s *span) endAcquire(err error, acquired, blocking bool) {
 	case !acquired:
 		result = resultNotObtained
 	}
-	if err != nil && result != resultNotObtained {
-		s.span.RecordError(err)
-		s.span.SetStatus(codes.Error, err.Error())
+	if result == resultNotObtained {
+		s.finish(result, nil) // TryLock's "taken" is an outcome, not a failure
+	} else {
+		s.finish(result, err)
 	}
-	s.span.SetAttributes(attrResult.String(result))
-	s.span.End()
 	ctx := context.Background()
 	s.t.acquisitions.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
 	if blocking {
@@ -186,25 +205,22 @@ func (s *span) endAcquire(err error, acquired, blocking bool) {
 
 // endRelease closes the span of a release call; ErrNotHeld and ErrLost mark
 // it failed.
-func (s *span) endRelease(err error) {
+func (s span) endRelease(err error) {
 	result := resultReleased
 	if err != nil {
 		result = resultOf(err)
-		s.span.RecordError(err)
-		s.span.SetStatus(codes.Error, err.Error())
 	}
-	s.span.SetAttributes(attrResult.String(result))
-	s.span.End()
+	s.finish(result, err)
 	s.t.releases.Add(context.Background(), 1, s.t.metricAttrs(s.kind, result, s.name))
 }
 
 // endOther closes the span of a call that neither acquires nor releases.
-func (s *span) endOther(err error) {
+func (s span) endOther(err error) {
+	result := ""
 	if err != nil {
-		s.span.RecordError(err)
-		s.span.SetStatus(codes.Error, err.Error())
+		result = resultOf(err)
 	}
-	s.span.End()
+	s.finish(result, err)
 }
 
 func resultOf(err error) string {
@@ -233,13 +249,22 @@ func annotate(ctx context.Context, kv ...attribute.KeyValue) {
 }
 
 var wakeReasonNames = [...]string{wakeRelease: "notification", wakeLocal: "local_release",
-	wakeSubscribed: "resubscribed", wakeClosed: "closed"}
+	wakeSubscribed: "subscribed", wakeClosed: "closed"}
 
 // wokeUp records a wake-up of a blocked call on its span: why, and which
 // attempt follows.
 func wokeUp(ctx context.Context, why string, attempt int) {
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 		sp.AddEvent("dlock.wake", trace.WithAttributes(attrReason.String(why), attrAttempts.Int(attempt)))
+	}
+}
+
+// blocked records on the span in ctx that a try found the lock held: by
+// whom (a Client ID, or a reentrant owner ID, which starts with one) and for
+// how much longer at most.
+func blocked(ctx context.Context, holder string, left time.Duration) {
+	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
+		sp.AddEvent("dlock.blocked", trace.WithAttributes(attrHolder.String(holder), attrLeaseLeft.Int64(left.Milliseconds())))
 	}
 }
 

@@ -4,15 +4,15 @@
 -- ARGV[1]  the new holder's token (random, fresh per acquisition)
 -- ARGV[2]  lease in milliseconds
 --
--- Returns 1 when acquired. Otherwise returns -(remaining lease in ms), or 0
--- when the key has no expiry. A key of another type fails with WRONGTYPE and
--- is left untouched.
+-- Returns {1, ''} when acquired. Otherwise returns {-(remaining lease in
+-- ms), the holder's token}, with 0 for a key with no expiry. A key of another
+-- type fails with WRONGTYPE and is left untouched.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
+  return {1, ''}
 end
-redis.call('GET', KEYS[1]) -- raises WRONGTYPE when the key is not a string lock
+local holder = redis.call('GET', KEYS[1]) -- WRONGTYPE when not a string lock
 local ttl = redis.call('PTTL', KEYS[1])
-if ttl > 0 then
-  return -ttl
+if ttl < 0 then
+  ttl = 0
 end
-return 0
+return {-ttl, holder or ''}
