@@ -22,10 +22,12 @@ func (c *Client) heldLease(hk string) *lease {
 // returns false when the Client closed meanwhile: the caller must give the
 // hold back.
 func (c *Client) trackHold(hk string, n int64, fresh func() *lease) bool {
-	ok := c.recordHold(hk, n, fresh)
+	l, ok := c.recordHold(hk, n, fresh)
 	if !ok {
+		// Closed: the lease was never watched. Forget it, so that Lost and
+		// HoldContext do not report a hold that nothing keeps.
 		c.holdsMu.Lock()
-		if l := c.holds[hk]; l != nil && !c.wd.isHeld(l) {
+		if c.holds[hk] == l {
 			delete(c.holds, hk)
 		}
 		c.holdsMu.Unlock()
@@ -33,13 +35,13 @@ func (c *Client) trackHold(hk string, n int64, fresh func() *lease) bool {
 	return ok
 }
 
-func (c *Client) recordHold(hk string, n int64, fresh func() *lease) bool {
+func (c *Client) recordHold(hk string, n int64, fresh func() *lease) (*lease, bool) {
 	c.holdsMu.Lock()
 	old := c.holds[hk]
 	if n > 1 && old != nil && c.wd.isHeld(old) {
 		old.count = n
 		c.holdsMu.Unlock()
-		return true
+		return old, true
 	}
 	l := fresh()
 	l.count = n
@@ -50,7 +52,7 @@ func (c *Client) recordHold(hk string, n int64, fresh func() *lease) bool {
 		// tracked one: that hold was lost, and its holder must hear of it.
 		c.wd.lose(old, fmt.Errorf("%w: hold gone before the owner locked again", ErrLost))
 	}
-	return c.wd.add(l)
+	return l, c.wd.add(l)
 }
 
 // reconcile runs after an acquisition whose reply was lost. If the server

@@ -53,7 +53,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 // CountDown takes one off the count. At zero it wakes every Await; at zero
 // already it does nothing.
 func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
-	ctx, sp := l.c.tel.start(ctx, kindLatchName, "dlock.CountDownLatch.CountDown", l.name, 0)
+	ctx, sp := l.c.tel.start(ctx, kindLatchName, "dlock.CountDownLatch.CountDown", l.name, -1)
 	defer func() { sp.endOther(err) }()
 	if err := l.c.usable(l.err); err != nil {
 		return err
@@ -100,7 +100,7 @@ func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error
 // re-subscription or the watchdog timeout. When ctx ends first it returns an
 // error matching both ErrNotObtained and ctx.Err().
 func (l *CountDownLatch) Await(ctx context.Context) (err error) {
-	ctx, sp := l.c.tel.start(ctx, kindLatchName, "dlock.CountDownLatch.Await", l.name, 0)
+	ctx, sp := l.c.tel.start(ctx, kindLatchName, "dlock.CountDownLatch.Await", l.name, -1)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	if err := l.c.usable(l.err); err != nil {
 		return err

@@ -159,6 +159,7 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 		_, _ = m.release(context.Background(), token)
 		return fmt.Errorf("dlock: lock %q: %w", m.name, ErrClosed)
 	}
+	annotate(ctx, attrHoldCount.Int(1))
 	return nil
 }
 

@@ -134,7 +134,6 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Semaphore.Acquire", s.name, s.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
-	annotate(ctx, attrPermits.Int(n))
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
@@ -176,7 +175,6 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Semaphore.TryAcquire", s.name, s.lease)
 	defer func() { sp.endAcquire(err, p != nil, false) }()
-	annotate(ctx, attrPermits.Int(n))
 	if err := s.check(n); err != nil {
 		return nil, err
 	}
@@ -225,6 +223,7 @@ func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.
 		s.giveBack(nc, id)
 		return nil, 0, notObtained("acquire", s.name, ctx)
 	}
+	annotate(ctx, attrPermits.Int(n))
 	p := &Permit{s: s, id: id, n: n, l: newLease(ctx, kindSemaphoreName, s.name, s.keys[1], "z"+id, renew, ttl, sent)}
 	if !s.c.wd.add(p.l) {
 		s.giveBack(nc, id)

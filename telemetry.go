@@ -57,7 +57,7 @@ var (
 )
 
 // telemetry holds the Client's tracer and instruments. With the OpenTelemetry
-// globals unset, both are no-ops that cost a few hundred nanoseconds a call.
+// globals unset, both are no-ops: about 1.5 µs for a Lock+Unlock pair.
 type telemetry struct {
 	tracer   trace.Tracer
 	nameAttr bool // put the lock name on metrics too (high cardinality)
@@ -159,11 +159,14 @@ var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 func (t *telemetry) start(ctx context.Context, kind, spanName, name string, lease time.Duration) (context.Context, span) {
 	ctx, sp := t.tracer.Start(ctx, spanName, clientSpan)
 	if sp.IsRecording() {
-		mode := "watchdog"
-		if lease > 0 {
-			mode = "explicit"
+		switch {
+		case lease < 0: // no lease (CountDownLatch)
+			sp.SetAttributes(attrKind.String(kind), attrName.String(name))
+		case lease > 0:
+			sp.SetAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String("explicit"))
+		default:
+			sp.SetAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String("watchdog"))
 		}
-		sp.SetAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String(mode))
 	}
 	return ctx, span{t: t, span: sp, kind: kind, name: name, start: time.Now()}
 }
@@ -175,7 +178,9 @@ func (s span) finish(result string, err error) {
 			s.span.RecordError(err)
 			s.span.SetStatus(codes.Error, err.Error())
 		}
-		s.span.SetAttributes(attrResult.String(result))
+		if result != "" {
+			s.span.SetAttributes(attrResult.String(result))
+		}
 	}
 	s.span.End()
 }
@@ -197,8 +202,10 @@ func (s span) endAcquire(err error, acquired, blocking bool) {
 		s.finish(result, err)
 	}
 	ctx := context.Background()
-	s.t.acquisitions.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
-	if blocking {
+	if s.t.acquisitions.Enabled(ctx) {
+		s.t.acquisitions.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
+	}
+	if blocking && s.t.waitDuration.Enabled(ctx) {
 		s.t.waitDuration.Record(ctx, time.Since(s.start).Seconds(), s.t.metricAttrs(s.kind, result, s.name))
 	}
 }
@@ -211,7 +218,9 @@ func (s span) endRelease(err error) {
 		result = resultOf(err)
 	}
 	s.finish(result, err)
-	s.t.releases.Add(context.Background(), 1, s.t.metricAttrs(s.kind, result, s.name))
+	if ctx := context.Background(); s.t.releases.Enabled(ctx) {
+		s.t.releases.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
+	}
 }
 
 // endOther closes the span of a call that neither acquires nor releases.
@@ -270,13 +279,19 @@ func blocked(ctx context.Context, holder string, left time.Duration) {
 
 // holdStarted and holdEnded keep the holds gauge and hold durations.
 func (t *telemetry) holdStarted(l *lease) {
-	t.holds.Add(context.Background(), 1, t.metricAttrs(l.kind, "", l.name))
+	if ctx := context.Background(); t.holds.Enabled(ctx) {
+		t.holds.Add(ctx, 1, t.metricAttrs(l.kind, "", l.name))
+	}
 }
 
 func (t *telemetry) holdEnded(l *lease, result string) {
 	ctx := context.Background()
-	t.holds.Add(ctx, -1, t.metricAttrs(l.kind, "", l.name))
-	t.holdDuration.Record(ctx, time.Since(l.acquired).Seconds(), t.metricAttrs(l.kind, result, l.name))
+	if t.holds.Enabled(ctx) {
+		t.holds.Add(ctx, -1, t.metricAttrs(l.kind, "", l.name))
+	}
+	if t.holdDuration.Enabled(ctx) {
+		t.holdDuration.Record(ctx, time.Since(l.acquired).Seconds(), t.metricAttrs(l.kind, result, l.name))
+	}
 }
 
 // holdLost records a loss: the counter, and a short span linked to the span

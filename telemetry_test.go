@@ -2,9 +2,12 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
@@ -15,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/scripts"
 )
 
 type otelEnv struct {
@@ -305,4 +309,46 @@ func TestTelemetry_SemaphoreAndReentrant_CountsOnSpans(t *testing.T) {
 	v, _ = attrOf(acq[0], "dlock.permits")
 	assert.EqualValues(t, 2, v.AsInt64())
 	assert.Len(t, o.ended("dlock.Permit.Release"), 1)
+}
+
+// stallUnlock holds the Mutex unlock script back until released, then fails
+// it in transit.
+type stallUnlock struct{ entered, release chan struct{} }
+
+func (f *stallUnlock) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *stallUnlock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f *stallUnlock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd, scripts.MutexUnlock) {
+			close(f.entered)
+			<-f.release
+			err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset (injected)")}
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func TestTelemetry_CloseDuringFailingUnlock_HoldEndsAndGaugeReturnsToZero(t *testing.T) {
+	e := sharedEnv(t)
+	o := newOtel(t)
+	stall := &stallUnlock{entered: make(chan struct{}), release: make(chan struct{})}
+	c := e.client(e.rdb(stall), o.opts()...)
+	m := c.Mutex(name(t))
+	ctx := context.Background()
+	require.NoError(t, m.Lock(ctx))
+	require.EqualValues(t, 1, o.sum(t, "dlock.holds"))
+	done := make(chan error, 1)
+	go func() { done <- m.Unlock(ctx) }()
+	<-stall.entered
+	require.NoError(t, c.Close()) // while the Unlock is in flight
+	close(stall.release)
+	require.Error(t, <-done)
+	within(t, m.Lost(), time.Second, "the hold ends once nothing can renew it")
+	assert.EqualValues(t, 0, o.sum(t, "dlock.holds"), "holds gauge back to zero")
+	assert.EqualValues(t, 0, o.sum(t, "dlock.lost"), "a shutdown is not counted as a loss")
+	assert.EqualValues(t, 1, o.histCount(t, "dlock.hold.duration", attribute.String("dlock.result", "closed")))
 }

@@ -266,12 +266,12 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	}
 	acquired := false
 	waiting := c.tel.metricAttrs(as.metric, "", name)
-	c.tel.waiters.Add(ctx, 1, waiting)
+	c.tel.waiters.Add(context.Background(), 1, waiting)
 	attempts := 1 // the caller's first try
 	defer func() {
 		c.waits.leave(w, acquired)
 		c.hub.Release(channel)
-		c.tel.waiters.Add(ctx, -1, waiting)
+		c.tel.waiters.Add(context.Background(), -1, waiting) // ctx may be done
 		annotate(ctx, attrAttempts.Int(attempts))
 	}()
 

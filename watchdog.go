@@ -31,7 +31,8 @@ type watchdog struct {
 	mu       sync.Mutex
 	leases   map[*lease]struct{} // held leases, renewable or not
 	nextWake time.Time
-	closed   bool // no lease may be added: nothing would renew or report it
+	closed   bool         // no lease may be added: nothing would renew or report it
+	lostQ    []lostReport // losses to report once mu is released
 
 	kick chan struct{}
 	stop chan struct{}
@@ -88,10 +89,14 @@ func (w *watchdog) beginRelease(l *lease) (held bool) {
 	return l.state == leaseHeld
 }
 
-// abortRelease undoes beginRelease after an unlock that failed to run.
+// abortRelease undoes beginRelease after an unlock that failed to run. After
+// close, nothing renews l any more: it ends as Close ends every hold.
 func (w *watchdog) abortRelease(l *lease) {
 	w.mu.Lock()
 	l.releasing = false
+	if w.closed {
+		w.closeLocked(l)
+	}
 	w.mu.Unlock()
 }
 
@@ -147,14 +152,24 @@ func (w *watchdog) dropped(l *lease) {
 	}
 }
 
-// lose reports l lost with the given cause (which wraps ErrLost or is
-// ErrClosed). It is a no-op for a hold that already ended.
+// lose reports l lost with the given cause, which wraps ErrLost. It is a
+// no-op for a hold that already ended.
 func (w *watchdog) lose(l *lease, cause error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.loseLocked(l, cause)
+	w.unlock()
 }
 
+// lostReport is a loss to record in telemetry and logs.
+type lostReport struct {
+	l     *lease
+	cause error
+}
+
+// loseLocked ends l as lost. Its holder learns at once, through the lost
+// channel and the hold context; the span, metrics and log line follow when
+// the caller releases mu with unlock, so that exporters and log handlers
+// never run under the watchdog's lock.
 func (w *watchdog) loseLocked(l *lease, cause error) {
 	if l.state != leaseHeld {
 		return
@@ -163,12 +178,38 @@ func (w *watchdog) loseLocked(l *lease, cause error) {
 	delete(w.leases, l)
 	close(l.lost)
 	l.cancel(cause)
-	if l.mark {
+	if !l.mark {
+		w.lostQ = append(w.lostQ, lostReport{l, cause})
+	}
+}
+
+// closeLocked ends l because the Client closed: lost to its holder (the
+// cause matches ErrLost and ErrClosed), but neither counted nor logged as a
+// loss, since a shutdown is not one.
+func (w *watchdog) closeLocked(l *lease) {
+	if l.state != leaseHeld {
 		return
 	}
-	w.c.tel.holdEnded(l, resultLost)
-	w.c.tel.holdLost(l, cause)
-	w.c.cfg.logger.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", holderOf(l.spec), "cause", cause.Error())
+	cause := fmt.Errorf("%w: %w", ErrLost, ErrClosed)
+	l.state, l.cause = leaseLost, cause
+	delete(w.leases, l)
+	close(l.lost)
+	l.cancel(cause)
+	if !l.mark {
+		w.c.tel.holdEnded(l, resultClosed)
+	}
+}
+
+// unlock releases mu and reports the losses recorded meanwhile.
+func (w *watchdog) unlock() {
+	q := w.lostQ
+	w.lostQ = nil
+	w.mu.Unlock()
+	for _, r := range q {
+		w.c.tel.holdEnded(r.l, resultLost)
+		w.c.tel.holdLost(r.l, r.cause)
+		w.c.cfg.logger.Warn("dlock: hold lost", "name", r.l.name, "key", r.l.key, "holder", holderOf(r.l.spec), "cause", r.cause.Error())
+	}
 }
 
 // holderOf is the part of a lease's renewal spec that is safe to log: the
@@ -204,7 +245,7 @@ func (w *watchdog) run() {
 // the loop must wake next: at nextRenew or the earliest remaining deadline.
 func (w *watchdog) expire(now, nextRenew time.Time) time.Time {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	defer w.unlock()
 	next := nextRenew
 	for l := range w.leases {
 		switch {
@@ -253,16 +294,17 @@ func (w *watchdog) renewAll() {
 	var failed error
 	var renewed, gone, failedN int64
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	defer w.unlock()
+	bg := context.Background()
 	for i, b := range batches {
-		w.c.tel.batchSize.Record(ctx, int64(len(b.leases)))
+		w.c.tel.batchSize.Record(bg, int64(len(b.leases)))
 		res, err := cmds[i].Int64Slice()
 		if err != nil || len(res) != len(b.leases) {
 			if err == nil {
 				err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.leases))
 			}
 			failed = err
-			failedN += int64(len(b.leases))
+			failedN += int64(holdsIn(b.leases))
 			continue
 		}
 		for j, l := range b.leases {
@@ -270,12 +312,16 @@ func (w *watchdog) renewAll() {
 				continue
 			}
 			if res[j] == 1 {
-				renewed++
+				if !l.mark {
+					renewed++
+				}
 				if d := sent.Add(ttl); d.After(l.deadline) {
 					l.deadline = d
 				}
 			} else {
-				gone++
+				if !l.mark {
+					gone++
+				}
 				w.loseLocked(l, fmt.Errorf("%w: renewal found the hold gone", ErrLost))
 			}
 		}
@@ -285,7 +331,7 @@ func (w *watchdog) renewAll() {
 		result string
 	}{{renewed, resultRenewed}, {gone, resultGone}, {failedN, resultFailed}} {
 		if r.n > 0 {
-			w.c.tel.renewals.Add(ctx, r.n, cachedAttrs("", r.result))
+			w.c.tel.renewals.Add(bg, r.n, cachedAttrs("", r.result))
 		}
 	}
 	if failed != nil {
@@ -366,10 +412,20 @@ func (w *watchdog) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.closed = true
-	cause := fmt.Errorf("%w: %w", ErrLost, ErrClosed)
 	for l := range w.leases {
 		if !l.releasing {
-			w.loseLocked(l, cause)
+			w.closeLocked(l)
 		}
 	}
+}
+
+// holdsIn counts the leases that are holds, not waiting marks.
+func holdsIn(ls []*lease) int {
+	n := 0
+	for _, l := range ls {
+		if !l.mark {
+			n++
+		}
+	}
+	return n
 }
