@@ -68,12 +68,19 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	ttl, renew := m.c.leaseOf(m.lc)
 	nc := context.WithoutCancel(ctx) // a try's outcome must never be unknown
 	sent := time.Now()
-	ok, err := m.c.rdb.SetNX(nc, m.key, token, ttl).Result()
-	if err != nil {
-		return m.unknownOutcome(nc, token, err)
+	// Barging is allowed, as with sync.Mutex, until this Client's oldest
+	// waiter has waited starveAfter: then a new Lock queues behind it. A
+	// goroutine that unlocks and locks again in a loop would otherwise keep
+	// taking the lock before the waiter it just woke.
+	ok := false
+	if !m.c.waits.starving(m.channel) {
+		var err error
+		if ok, err = m.c.rdb.SetNX(nc, m.key, token, ttl).Result(); err != nil {
+			return m.unknownOutcome(nc, token, err)
+		}
 	}
 	if !ok {
-		err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{metric: kindMutexName}, 0, func() (bool, time.Duration, error) {
+		err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{metric: kindMutexName, fifo: true}, 0, func() (bool, time.Duration, error) {
 			sent = time.Now()
 			return m.try(nc, token, ttl)
 		})

@@ -54,6 +54,7 @@ type waiter struct {
 	kind       byte   // kindAny, kindReader or kindWriter
 	id         string // optional: the ID a release message may name
 	owner      string // optional: the owner of a counted hold it waits for
+	since      time.Time
 	prev, next *waiter
 }
 
@@ -65,6 +66,10 @@ type waitAs struct {
 	id     string
 	owner  string
 	metric string
+	// fifo: a waiter that joins behind a starving one (see starving) waits
+	// for its turn rather than retrying at once. Only for exclusive locks,
+	// where every release wakes the next waiter.
+	fifo bool
 }
 
 // wakeSpec is whom a release wakes: the waiters named in ids, or else n
@@ -93,12 +98,25 @@ func (r *waitRegistry) init() {
 	r.byID = make(map[string]*waiter)
 }
 
-func (r *waitRegistry) join(channel string, as waitAs) (*waiter, error) {
-	w := &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner}
+// starving reports whether channel's oldest local waiter has waited longer
+// than starveAfter. Then new callers queue behind it instead of barging,
+// like sync.Mutex's starvation mode: barging gives throughput, and this
+// bounds how long the unlucky waiter waits.
+func (r *waitRegistry) starving(channel string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[channel]
+	return q != nil && time.Since(q.head.since) > starveAfter
+}
+
+// join appends a waiter to channel's queue; behind reports whether others
+// were queued before it.
+func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, behind bool, err error) {
+	w = &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner, since: time.Now()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	if w.id != "" {
 		r.byID[w.id] = w
@@ -113,9 +131,10 @@ func (r *waitRegistry) join(channel string, as waitAs) (*waiter, error) {
 	} else {
 		w.prev, q.tail.next = q.tail, w
 		q.tail = w
+		behind = true
 	}
 	r.count++
-	return w, nil
+	return w, behind, nil
 }
 
 // leave removes w. A waiter that leaves without acquiring while a wake-up is
@@ -251,7 +270,8 @@ type tryFunc func() (ok bool, left time.Duration, err error)
 // wait blocks until try succeeds, ctx ends, or the Client closes, following
 // the protocol above. left is what the caller's first, failed try returned.
 func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, left time.Duration, try tryFunc) error {
-	w, err := c.waits.join(channel, as)
+	starved := as.fifo && c.waits.starving(channel)
+	w, behind, err := c.waits.join(channel, as)
 	if err != nil {
 		return waitErr(op, name, err)
 	}
@@ -283,7 +303,11 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	}
 	timer := time.NewTimer(first)
 	defer timer.Stop()
-	for retry := confirmed; ; retry = true {
+	// Once subscribed, retry at once: a release may have come between the
+	// caller's try and the subscription. A FIFO waiter queued behind others
+	// need not: those ahead are woken first, and each release or give-up
+	// passes the turn on.
+	for retry := confirmed && !(starved && behind); ; retry = true {
 		if retry {
 			c.waits.attempt(w)
 			attempts++
