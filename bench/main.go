@@ -1,0 +1,260 @@
+// Command bench compares dlock with peer Go Redis lock libraries on a
+// redis-server it starts for itself. Run it with `go run .` (about 2 minutes)
+// or `go run . -quick` (a smoke run of about 15 seconds). It prints a table
+// and writes BENCHMARKS.md and benchmarks.png next to itself.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"time"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+type config struct {
+	quick      bool
+	rounds     int
+	dur        time.Duration
+	handoffs   int
+	w1Workers  int
+	w3Workers  int
+	w3Hold     time.Duration
+	w4Workers  int
+	semPermits int
+	semHold    time.Duration
+	outDir     string
+}
+
+func main() {
+	var cfg config
+	flag.BoolVar(&cfg.quick, "quick", false, "smoke run: 3 rounds of 200ms, 60 handoffs")
+	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds per workload (default 9, quick 3)")
+	flag.DurationVar(&cfg.dur, "dur", 0, "duration of one library's turn in a round (default 1s, quick 200ms)")
+	flag.IntVar(&cfg.handoffs, "handoffs", 0, "W2 handoffs per library (default 200, quick 60)")
+	flag.StringVar(&cfg.outDir, "out", ".", "directory for BENCHMARKS.md and benchmarks.png")
+	flag.Parse()
+	def := func(v *int, normal, quick int) {
+		if *v <= 0 {
+			*v = normal
+			if cfg.quick {
+				*v = quick
+			}
+		}
+	}
+	def(&cfg.rounds, 9, 3)
+	def(&cfg.handoffs, 200, 60)
+	if cfg.dur <= 0 {
+		cfg.dur = time.Second
+		if cfg.quick {
+			cfg.dur = 200 * time.Millisecond
+		}
+	}
+	cfg.w1Workers, cfg.w3Workers, cfg.w3Hold = 32, 16, time.Millisecond
+	cfg.w4Workers, cfg.semPermits, cfg.semHold = 16, 4, time.Millisecond
+
+	dir, err := os.MkdirTemp("", "dlock-bench-")
+	if err != nil {
+		fatal(err)
+	}
+	srv, err := redistest.StartProcess(dir)
+	if err != nil {
+		fatal(fmt.Errorf("start redis-server: %w", err))
+	}
+	cleanup := func() { srv.Stop(); _ = os.RemoveAll(dir) }
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt)
+	go func() { <-sig; cleanup(); os.Exit(130) }()
+
+	res, err := run(cfg, srv.Addr)
+	cleanup()
+	if err != nil {
+		fatal(err)
+	}
+	env := machine()
+	printTable(os.Stdout, cfg, env, res)
+	if err := writeMarkdown(cfg, env, res); err != nil {
+		fatal(err)
+	}
+	if err := writeChart(cfg, res); err != nil {
+		fatal(err)
+	}
+	fmt.Printf("\nwrote %s/BENCHMARKS.md and %s/benchmarks.png\n", cfg.outDir, cfg.outDir)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+type libResult struct {
+	lib      lib
+	openErr  error
+	w1Rates  []float64
+	w1Err    errBox
+	w2       []time.Duration
+	w2Err    errBox
+	w3Rates  []float64
+	w3Waits  []time.Duration
+	w3Viol   int64
+	w3Err    errBox
+	included bool // a lock library (W2, W3) rather than a floor
+}
+
+type results struct {
+	libs      []*libResult // lock libraries then floors
+	pingRTT   []time.Duration
+	rwRate    []float64
+	rwRead    []time.Duration
+	rwWrite   []time.Duration
+	rwErr     errBox
+	semRate   []float64
+	semWaits  []time.Duration
+	semErr    errBox
+	redisAddr string
+	elapsed   time.Duration
+}
+
+func (r *results) find(name string) *libResult {
+	for _, l := range r.libs {
+		if l.lib.name == name {
+			return l
+		}
+	}
+	return nil
+}
+
+// rotate returns xs rotated left by k, so each round starts with a
+// different library.
+func rotate[T any](xs []T, k int) []T {
+	k %= len(xs)
+	return append(append([]T{}, xs[k:]...), xs[:k]...)
+}
+
+func run(cfg config, addr string) (*results, error) {
+	t0 := time.Now()
+	res := &results{redisAddr: addr}
+	for _, l := range libraries() {
+		res.libs = append(res.libs, &libResult{lib: l, included: true})
+	}
+	for _, l := range floors() {
+		res.libs = append(res.libs, &libResult{lib: l})
+	}
+
+	// W1: every entry (libraries and floors), one instance each, shared by
+	// the goroutines; a short warm-up, then rounds in rotated order.
+	fmt.Printf("W1 uncontended: %d goroutines, %d rounds x %v per entry\n", cfg.w1Workers, cfg.rounds, cfg.dur)
+	insts := map[*libResult]instance{}
+	for _, lr := range res.libs {
+		inst, err := lr.lib.open(addr)
+		if err != nil {
+			lr.openErr = err
+			continue
+		}
+		insts[lr] = inst
+		w1Round(inst, "warm:"+lr.lib.name, cfg.w1Workers, cfg.dur/4, &errBox{})
+	}
+	for r := range cfg.rounds {
+		for _, lr := range rotate(res.libs, r) {
+			if inst := insts[lr]; inst != nil {
+				rate := w1Round(inst, lr.lib.name, cfg.w1Workers, cfg.dur, &lr.w1Err)
+				lr.w1Rates = append(lr.w1Rates, rate)
+				fmt.Printf("  round %d %-18s %9.0f pairs/s\n", r+1, lr.lib.name, rate)
+			}
+		}
+	}
+	for _, inst := range insts {
+		inst.Close()
+	}
+
+	locks := res.libs[:len(libraries())]
+
+	// W2: handoff latency, holder and waiter on separate instances.
+	fmt.Printf("W2 handoff: %d handoffs per library over %d rounds\n", cfg.handoffs, cfg.rounds)
+	type pair struct{ h, w instance }
+	pairs := map[*libResult]pair{}
+	for _, lr := range locks {
+		if lr.openErr != nil {
+			continue
+		}
+		h, err1 := lr.lib.open(addr)
+		w, err2 := lr.lib.open(addr)
+		if err1 != nil || err2 != nil {
+			lr.openErr = fmt.Errorf("%v %v", err1, err2)
+			continue
+		}
+		pairs[lr] = pair{h, w}
+		w2Round(h, w, "warm:w2:"+lr.lib.name, 3, &errBox{})
+	}
+	for r := range cfg.rounds {
+		per := cfg.handoffs / cfg.rounds // spread the remainder over the first rounds
+		if r < cfg.handoffs%cfg.rounds {
+			per++
+		}
+		for _, lr := range rotate(locks, r) {
+			if p, ok := pairs[lr]; ok && per > 0 {
+				lr.w2 = append(lr.w2, w2Round(p.h, p.w, "w2:"+lr.lib.name, per, &lr.w2Err)...)
+			}
+		}
+	}
+	for _, p := range pairs {
+		p.h.Close()
+		p.w.Close()
+	}
+	ping := newGoRedis(addr)
+	pingRTTs(ping, 50)
+	res.pingRTT = pingRTTs(ping, max(200, cfg.handoffs))
+	_ = ping.Close()
+
+	// W3: contention on one key.
+	fmt.Printf("W3 contention: %d goroutines on one key, hold %v, %d rounds x %v\n", cfg.w3Workers, cfg.w3Hold, cfg.rounds, cfg.dur)
+	insts = map[*libResult]instance{}
+	for _, lr := range locks {
+		if lr.openErr != nil {
+			continue
+		}
+		inst, err := lr.lib.open(addr)
+		if err != nil {
+			lr.openErr = err
+			continue
+		}
+		insts[lr] = inst
+		w3Round(inst, "warm:w3:"+lr.lib.name, cfg.w3Workers, cfg.w3Hold, cfg.dur/4, &errBox{})
+	}
+	for r := range cfg.rounds {
+		for _, lr := range rotate(locks, r) {
+			if inst := insts[lr]; inst != nil {
+				w := w3Round(inst, "w3:"+lr.lib.name, cfg.w3Workers, cfg.w3Hold, cfg.dur, &lr.w3Err)
+				lr.w3Rates = append(lr.w3Rates, w.rate)
+				lr.w3Waits = append(lr.w3Waits, w.waits...)
+				lr.w3Viol += w.violations
+				fmt.Printf("  round %d %-18s %7.0f handoffs/s\n", r+1, lr.lib.name, w.rate)
+			}
+		}
+	}
+	for _, inst := range insts {
+		inst.Close()
+	}
+
+	// W4: dlock only.
+	fmt.Printf("W4 dlock RWMutex 90/10 (%d goroutines) and Semaphore N=%d (%d workers, hold %v)\n",
+		cfg.w4Workers, cfg.semPermits, cfg.w4Workers, cfg.semHold)
+	rdb := newGoRedis(addr)
+	c := dlock.New(rdb)
+	w4RW(c, "warm:w4rw", cfg.w4Workers, cfg.dur/4, &errBox{})
+	for range cfg.rounds {
+		rate, rl, wl := w4RW(c, "w4rw", cfg.w4Workers, cfg.dur, &res.rwErr)
+		res.rwRate = append(res.rwRate, rate)
+		res.rwRead, res.rwWrite = append(res.rwRead, rl...), append(res.rwWrite, wl...)
+		rate, waits := w4Sem(c, "w4sem", cfg.semPermits, cfg.w4Workers, cfg.semHold, cfg.dur, &res.semErr)
+		res.semRate = append(res.semRate, rate)
+		res.semWaits = append(res.semWaits, waits...)
+	}
+	_ = c.Close()
+	_ = rdb.Close()
+	res.elapsed = time.Since(t0)
+	return res, nil
+}
