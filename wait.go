@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -89,7 +90,7 @@ type waitRegistry struct {
 	mu     sync.Mutex
 	queues map[string]*waitQueue
 	byID   map[string]*waiter
-	count  int
+	count  atomic.Int64 // waiters; written under mu, read without it on hot paths
 	closed bool
 }
 
@@ -103,6 +104,9 @@ func (r *waitRegistry) init() {
 // like sync.Mutex's starvation mode: barging gives throughput, and this
 // bounds how long the unlucky waiter waits.
 func (r *waitRegistry) starving(channel string) bool {
+	if r.count.Load() == 0 { // the uncontended path takes no lock
+		return false
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.queues[channel]
@@ -133,7 +137,7 @@ func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, behind bool, 
 		q.tail = w
 		behind = true
 	}
-	r.count++
+	r.count.Add(1)
 	return w, behind, nil
 }
 
@@ -153,7 +157,7 @@ func (r *waitRegistry) leave(w *waiter, acquired bool) {
 	} else {
 		q.tail = w.prev
 	}
-	r.count--
+	r.count.Add(-1)
 	if w.id != "" {
 		delete(r.byID, w.id)
 	}
@@ -181,6 +185,9 @@ func (r *waitRegistry) attempt(w *waiter) {
 // waiters that already have one pending, oldest first; spec.n <= 0 wakes all
 // waiters of the kind.
 func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) {
+	if r.count.Load() == 0 { // an uncontended release takes no lock
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(spec.ids) > 0 {
@@ -242,9 +249,7 @@ func (w *waiter) signal(why wakeReason) {
 
 // waiting reports how many callers are blocked.
 func (r *waitRegistry) waiting() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.count
+	return int(r.count.Load())
 }
 
 func (r *waitRegistry) close() {
