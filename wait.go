@@ -247,11 +247,6 @@ func (w *waiter) signal(why wakeReason) {
 	}
 }
 
-// waiting reports how many callers are blocked.
-func (r *waitRegistry) waiting() int {
-	return int(r.count.Load())
-}
-
 func (r *waitRegistry) close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
