@@ -26,6 +26,7 @@ type Mutex struct {
 	c       *Client
 	name    string
 	key     string
+	keys    []string // K, Q, QE and the channel: see scripts/mutex_common.lua
 	channel string
 	lc      lockConfig
 
@@ -42,7 +43,8 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 		lc.err = checkName(name)
 	}
 	key := lockKey(c.cfg.prefix, name)
-	return &Mutex{c: c, name: name, key: key, channel: channelOf(key), lc: lc}
+	ch := channelOf(key)
+	return &Mutex{c: c, name: name, key: key, keys: []string{key, key + ":mq", key + ":mqe", ch}, channel: ch, lc: lc}
 }
 
 // Name returns the lock's name, without the key prefix.
@@ -52,9 +54,10 @@ func (m *Mutex) Name() string { return m.name }
 //
 // When ctx ends first it returns an error matching both ErrNotObtained and
 // ctx.Err(), and leaves nothing held: a grant that raced the end of ctx is
-// released. A blocked Lock waits for a release message rather than polling,
-// and re-checks at the latest when the holder's lease runs out. Uncontended,
-// Lock is one round trip to Redis.
+// passed on. Uncontended, Lock is one round trip to Redis. A blocked Lock
+// joins the lock's queue in Redis and waits, without polling, for a release
+// to hand it the lock: waiters are served in arrival order, whichever Client
+// they wait on, and a handed-over lock needs no further round trip.
 func (m *Mutex) Lock(ctx context.Context) (err error) {
 	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.Lock", m.name, m.lc.lease)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
@@ -68,25 +71,67 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	ttl, renew := m.c.leaseOf(m.lc)
 	nc := context.WithoutCancel(ctx) // a try's outcome must never be unknown
 	sent := time.Now()
-	// Barging is allowed, as with sync.Mutex, until this Client's oldest
-	// waiter has waited starveAfter: then a new Lock queues behind it. A
-	// goroutine that unlocks and locks again in a loop would otherwise keep
-	// taking the lock before the waiter it just woke.
-	ok := false
-	if !m.c.waits.starving(m.channel) {
-		var err error
-		if ok, err = m.c.rdb.SetNX(nc, m.key, token, ttl).Result(); err != nil {
+	// While this Client has waiters queued on the lock, it is held: go
+	// straight to the queue instead of paying for a SET that must fail.
+	if !m.c.waits.has(m.channel) {
+		ok, err := m.c.rdb.SetNX(nc, m.key, token, ttl).Result()
+		if err != nil {
 			return m.unknownOutcome(nc, token, err)
 		}
-	}
-	if !ok {
-		err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{metric: kindMutexName, fifo: true}, 0, func() (bool, time.Duration, error) {
-			sent = time.Now()
-			return m.try(nc, token, ttl)
-		})
-		if err != nil {
-			return err
+		if ok {
+			return m.acquired(ctx, token, ttl, renew, sent)
 		}
+	}
+	return m.lockSlow(ctx, token, ttl, renew)
+}
+
+// lockSlow queues the caller in Redis and waits to be handed the lock (see
+// scripts/mutex_common.lua). The queue entry is a waiting mark that the
+// watchdog renews; a waiter that dies stops holding the queue up when its
+// mark runs out.
+func (m *Mutex) lockSlow(ctx context.Context, token string, ttl time.Duration, renew bool) error {
+	nc := context.WithoutCancel(ctx)
+	markTTL, _ := m.c.leaseOf(lockConfig{})
+	var mark *lease
+	var sent time.Time
+	try := func() (bool, time.Duration, error) {
+		sent = time.Now()
+		ok, left, err := m.try(nc, token, ttl, markTTL)
+		if err != nil || ok || mark != nil && m.c.wd.isHeld(mark) {
+			return ok, left, err
+		}
+		// Queued now: have the watchdog keep the place. A mark that a
+		// renewal found gone (its place was purged) is replaced, since this
+		// try queued the waiter again.
+		mark = newLease(ctx, kindMutexName, m.name, m.keys[2], "R"+token, true, markTTL, sent)
+		mark.extra, mark.mark = m.keys[1:2], true
+		if !m.c.wd.add(mark) {
+			return false, 0, closedErr("lock", m.name)
+		}
+		return false, left, nil
+	}
+	// A release handed the lock to token. With the watchdog renewing it, the
+	// hold's lease is what remained of the mark, which the watchdog kept at
+	// least two thirds of a lease ahead: nothing more to ask Redis. A
+	// WithLease hold tries once more, which sets its own lease.
+	handed := func() bool {
+		if !renew || mark == nil {
+			return false
+		}
+		markDeadline := m.c.wd.deadline(mark)
+		if time.Until(markDeadline) < markTTL/3 {
+			return false
+		}
+		sent = markDeadline.Add(-ttl)
+		return true
+	}
+	err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{id: token, metric: kindMutexName, handed: handed}, 0, try)
+	if mark != nil {
+		m.c.wd.dropped(mark)
+	}
+	if err != nil {
+		m.cancel(nc, token)
+		return err
 	}
 	return m.acquired(ctx, token, ttl, renew, sent)
 }
@@ -107,7 +152,7 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 	token := m.c.newToken()
 	ttl, renew := m.c.leaseOf(m.lc)
 	sent := time.Now()
-	ok, _, err = m.try(context.WithoutCancel(ctx), token, ttl)
+	ok, _, err = m.try(context.WithoutCancel(ctx), token, ttl, 0)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -117,8 +162,11 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 	return true, nil
 }
 
-func (m *Mutex) try(ctx context.Context, token string, ttl time.Duration) (bool, time.Duration, error) {
-	res, err := scripts.MutexTry.Run(ctx, m.c.rdb, []string{m.key}, token, millis(ttl)).Slice()
+// try takes the lock for token if it is free and nobody is queued ahead, or
+// finds that a release handed it to token. Otherwise it queues token when
+// markTTL > 0 and returns how long the holder's lease has left.
+func (m *Mutex) try(ctx context.Context, token string, ttl, markTTL time.Duration) (bool, time.Duration, error) {
+	res, err := scripts.MutexTry.Run(ctx, m.c.rdb, m.keys, token, millis(ttl), millis(markTTL), m.c.id).Slice()
 	if err != nil {
 		return false, 0, m.unknownOutcome(ctx, token, err)
 	}
@@ -130,19 +178,47 @@ func (m *Mutex) try(ctx context.Context, token string, ttl time.Duration) (bool,
 		return true, 0, nil
 	}
 	left := time.Duration(-v) * time.Millisecond
-	blocked(ctx, clientOfToken(holder), left)
+	from := clientOfToken(holder)
+	if from == m.c.id {
+		// The holder may be a waiter of this Client that the script just
+		// handed the lock to, or one whose hand-over message is on its way:
+		// either way it holds the lock and is told so here.
+		m.handedTo(holder)
+	}
+	blocked(ctx, from, left)
 	return false, left, nil
 }
 
 // unknownOutcome handles an acquisition that failed in transit: Redis may
 // have granted it with no reply arriving. The token is unique to this
-// attempt, so deleting the key if it holds the token is always safe, and it
-// keeps a failed Lock from leaving a hold behind.
+// attempt, so giving back whatever it holds is always safe, and it keeps a
+// failed Lock from leaving a hold or a queue entry behind.
 func (m *Mutex) unknownOutcome(ctx context.Context, token string, err error) error {
 	if !isRedisError(err) {
-		_, _ = m.release(ctx, token)
+		m.cancel(ctx, token)
 	}
 	return redisErr("lock", m.name, m.key, err)
+}
+
+// cancel takes token out of the queue and passes on the lock if a release
+// handed it to token meanwhile. Best effort: a queue entry left behind is
+// dropped when its mark runs out.
+func (m *Mutex) cancel(ctx context.Context, token string) {
+	v, err := scripts.MutexCancel.Run(ctx, m.c.rdb, m.keys, token, m.c.id).Result()
+	if err != nil {
+		m.c.wakeUnknown(m.channel, err)
+		return
+	}
+	m.handedTo(v)
+}
+
+// handedTo wakes the waiter a script handed the lock to, if it waits on this
+// Client: scripts publish no message for a waiter of the calling Client.
+// v is the script's reply; only a token (a string) names a waiter.
+func (m *Mutex) handedTo(v any) {
+	if next, ok := v.(string); ok {
+		m.c.waits.wake(m.channel, wakeSpec{kind: kindHanded, ids: []string{next}}, wakeLocal)
+	}
 }
 
 // acquired records a hold the server granted, unless ctx ended meanwhile, in
@@ -170,20 +246,20 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 	return nil
 }
 
+// release gives up token's hold, handing the lock to the first waiter in
+// its queue if there is one. It reports whether token held the lock.
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	n, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, []string{m.key, m.channel}, token, m.c.releaseOne()).Int64()
+	v, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, m.keys, token, m.c.id).Result()
 	if err != nil {
 		m.c.wakeUnknown(m.channel, err)
 		return false, redisErr("unlock", m.name, m.key, err)
 	}
-	if n == 1 {
-		m.c.waits.wake(m.channel, wakeOne, wakeLocal)
-	}
-	return n == 1, nil
+	m.handedTo(v)
+	return v != int64(0), nil
 }
 
-// Unlock releases the handle's current hold and wakes one waiter, in one
-// round trip.
+// Unlock releases the handle's current hold, in one round trip. If callers
+// are queued, the lock passes straight to the first of them.
 //
 // It returns an error matching ErrNotHeld when the handle holds nothing, and
 // one matching ErrLost (and ErrNotHeld, when the key was no longer ours) when

@@ -21,10 +21,6 @@ const (
 	// subscriptionLinger keeps a lock's channel subscribed after its last
 	// waiter leaves, so a hot lock does not re-subscribe for every wait.
 	subscriptionLinger = 5 * time.Second
-	// starveAfter is how long a Mutex waiter waits before new Locks on the
-	// same Client stop barging past it (sync.Mutex uses 1ms; a Redis handoff
-	// takes a few hundred microseconds, so the threshold is higher).
-	starveAfter = 5 * time.Millisecond
 	// subscribeTimeout bounds a waiter's SUBSCRIBE on the shared connection.
 	subscribeTimeout = 5 * time.Second
 )

@@ -258,7 +258,7 @@ func annotate(ctx context.Context, kv ...attribute.KeyValue) {
 }
 
 var wakeReasonNames = [...]string{wakeRelease: "notification", wakeLocal: "local_release",
-	wakeSubscribed: "subscribed", wakeClosed: "closed"}
+	wakeSubscribed: "subscribed", wakeClosed: "closed", wakeHanded: "handed"}
 
 // wokeUp records a wake-up of a blocked call on its span: why, and which
 // attempt follows.

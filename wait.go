@@ -27,8 +27,9 @@ import (
 //
 // A release message says whom to wake: a number of waiters (oldest first),
 // optionally only those of one kind (readers or writers of an RWMutex), or a
-// list of waiter IDs (semaphore waiters the freed permits can serve). Each
-// Client applies it to its own waiters. A waiter that was woken but leaves
+// list of waiter IDs (semaphore waiters the freed permits can serve), or the
+// ID of the Mutex waiter the lock was handed to, which then holds it without
+// trying again. Each Client applies it to its own waiters. A waiter that was woken but leaves
 // without acquiring passes its wake-up on, so a cancelled waiter never
 // swallows a release that the next one needed.
 
@@ -39,6 +40,7 @@ const (
 	wakeLocal                            // a release by this Client
 	wakeSubscribed                       // (re)subscription confirmed: look again
 	wakeClosed                           // the Client is closing
+	wakeHanded                           // a release handed the lock to this waiter
 )
 
 // Waiter kinds, for release messages that wake only one kind.
@@ -46,6 +48,7 @@ const (
 	kindAny    byte = 0
 	kindReader byte = 'r'
 	kindWriter byte = 'w'
+	kindHanded byte = 'g' // not a waiter kind: the named waiters now hold the lock
 )
 
 type waiter struct {
@@ -55,7 +58,6 @@ type waiter struct {
 	kind       byte   // kindAny, kindReader or kindWriter
 	id         string // optional: the ID a release message may name
 	owner      string // optional: the owner of a counted hold it waits for
-	since      time.Time
 	prev, next *waiter
 }
 
@@ -67,14 +69,15 @@ type waitAs struct {
 	id     string
 	owner  string
 	metric string
-	// fifo: a waiter that joins behind a starving one (see starving) waits
-	// for its turn rather than retrying at once. Only for exclusive locks,
-	// where every release wakes the next waiter.
-	fifo bool
+	// handed, when set, is called when a release message says that the lock
+	// was handed to this waiter's ID. It returns true when the waiter may
+	// take the hold as granted; false makes it try once more.
+	handed func() bool
 }
 
 // wakeSpec is whom a release wakes: the waiters named in ids, or else n
-// waiters (0: all) of the given kind (kindAny: any kind).
+// waiters (0: all) of the given kind (kindAny: any kind). With ids, kind
+// kindHanded says the release handed the lock to them.
 type wakeSpec struct {
 	n    int
 	kind byte
@@ -99,28 +102,23 @@ func (r *waitRegistry) init() {
 	r.byID = make(map[string]*waiter)
 }
 
-// starving reports whether channel's oldest local waiter has waited longer
-// than starveAfter. Then new callers queue behind it instead of barging,
-// like sync.Mutex's starvation mode: barging gives throughput, and this
-// bounds how long the unlucky waiter waits.
-func (r *waitRegistry) starving(channel string) bool {
+// has reports whether channel has local waiters.
+func (r *waitRegistry) has(channel string) bool {
 	if r.count.Load() == 0 { // the uncontended path takes no lock
 		return false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	q := r.queues[channel]
-	return q != nil && time.Since(q.head.since) > starveAfter
+	return r.queues[channel] != nil
 }
 
-// join appends a waiter to channel's queue; behind reports whether others
-// were queued before it.
-func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, behind bool, err error) {
-	w = &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner, since: time.Now()}
+// join appends a waiter to channel's queue.
+func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, err error) {
+	w = &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, false, ErrClosed
+		return nil, ErrClosed
 	}
 	if w.id != "" {
 		r.byID[w.id] = w
@@ -135,10 +133,9 @@ func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, behind bool, 
 	} else {
 		w.prev, q.tail.next = q.tail, w
 		q.tail = w
-		behind = true
 	}
 	r.count.Add(1)
-	return w, behind, nil
+	return w, nil
 }
 
 // leave removes w. A waiter that leaves without acquiring while a wake-up is
@@ -191,6 +188,9 @@ func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(spec.ids) > 0 {
+		if spec.kind == kindHanded {
+			why = wakeHanded
+		}
 		for _, id := range spec.ids {
 			if w := r.byID[id]; w != nil && w.channel == channel {
 				w.signal(why)
@@ -237,10 +237,17 @@ func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) {
 	}
 }
 
-// signal marks w woken and delivers why unless a wake-up is already pending.
-// Called with waitRegistry.mu held.
+// signal marks w woken and delivers why unless a wake-up is already pending;
+// wakeHanded replaces a pending one, since it tells more. Called with
+// waitRegistry.mu held.
 func (w *waiter) signal(why wakeReason) {
 	w.woken = true
+	if why == wakeHanded {
+		select {
+		case <-w.wake:
+		default:
+		}
+	}
 	select {
 	case w.wake <- why:
 	default:
@@ -270,8 +277,7 @@ type tryFunc func() (ok bool, left time.Duration, err error)
 // wait blocks until try succeeds, ctx ends, or the Client closes, following
 // the protocol above. left is what the caller's first, failed try returned.
 func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, left time.Duration, try tryFunc) error {
-	starved := as.fifo && c.waits.starving(channel)
-	w, behind, err := c.waits.join(channel, as)
+	w, err := c.waits.join(channel, as)
 	if err != nil {
 		return waitErr(op, name, err)
 	}
@@ -304,10 +310,8 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	timer := time.NewTimer(first)
 	defer timer.Stop()
 	// Once subscribed, retry at once: a release may have come between the
-	// caller's try and the subscription. A FIFO waiter queued behind others
-	// need not: those ahead are woken first, and each release or give-up
-	// passes the turn on.
-	for retry := confirmed && !(starved && behind); ; retry = true {
+	// caller's try and the subscription.
+	for retry := confirmed; ; retry = true {
 		if retry {
 			c.waits.attempt(w)
 			attempts++
@@ -325,6 +329,11 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 		case why := <-w.wake:
 			if why == wakeClosed {
 				return closedErr(op, name)
+			}
+			if why == wakeHanded && as.handed != nil && as.handed() {
+				wokeUp(ctx, wakeReasonNames[why], attempts)
+				acquired = true
+				return nil
 			}
 			wokeUp(ctx, wakeReasonNames[why], attempts+1)
 		case <-timer.C:
@@ -362,7 +371,7 @@ func parseRelease(payload string) (from string, spec wakeSpec) {
 		spec.n = n
 	}
 	if len(kindField) == 1 {
-		spec.kind = kindField[0]
+		spec.kind = kindField[0] // kindReader, kindWriter or kindHanded
 	}
 	if idsField != "" {
 		spec.ids = strings.Split(idsField, ",")

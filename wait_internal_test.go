@@ -19,9 +19,9 @@ func pending(w *waiter) (wakeReason, bool) {
 func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
 	var r waitRegistry
 	r.init()
-	w1, _, err := r.join("ch", waitAs{})
+	w1, err := r.join("ch", waitAs{})
 	require.NoError(t, err)
-	w2, _, err := r.join("ch", waitAs{})
+	w2, err := r.join("ch", waitAs{})
 	require.NoError(t, err)
 
 	r.wake("ch", wakeOne, wakeRelease)
@@ -40,14 +40,14 @@ func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
 func TestWaitRegistry_WokenWaiterLeavingWithoutLock_PassesWakeOn(t *testing.T) {
 	var r waitRegistry
 	r.init()
-	w1, _, _ := r.join("ch", waitAs{})
-	w2, _, _ := r.join("ch", waitAs{})
+	w1, _ := r.join("ch", waitAs{})
+	w2, _ := r.join("ch", waitAs{})
 	r.wake("ch", wakeOne, wakeRelease)
 	r.leave(w1, false) // cancelled before retrying
 	_, ok := pending(w2)
 	assert.True(t, ok, "the wake-up must not be swallowed")
 
-	w3, _, _ := r.join("ch", waitAs{})
+	w3, _ := r.join("ch", waitAs{})
 	r.attempt(w2)
 	r.leave(w2, true) // acquired: the wake-up was used
 	_, ok = pending(w3)
@@ -62,9 +62,9 @@ func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
 	r.init()
 	ws := make([]*waiter, 5)
 	for i := range ws {
-		ws[i], _, _ = r.join("ch", waitAs{})
+		ws[i], _ = r.join("ch", waitAs{})
 	}
-	other, _, _ := r.join("other", waitAs{})
+	other, _ := r.join("other", waitAs{})
 	r.wake("ch", wakeSpec{}, wakeSubscribed)
 	for _, w := range ws {
 		got, ok := pending(w)
@@ -76,7 +76,7 @@ func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
 	r.close()
 	got, _ := pending(other)
 	assert.Equal(t, wakeClosed, got)
-	_, _, err := r.join("ch", waitAs{})
+	_, err := r.join("ch", waitAs{})
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
@@ -97,9 +97,9 @@ func TestParseRelease(t *testing.T) {
 func TestWaitRegistry_KindAndIDWakeOnlyThoseNamed(t *testing.T) {
 	var r waitRegistry
 	r.init()
-	w1, _, _ := r.join("ch", waitAs{kind: kindWriter})
-	r1, _, _ := r.join("ch", waitAs{kind: kindReader})
-	r2, _, _ := r.join("ch", waitAs{kind: kindReader})
+	w1, _ := r.join("ch", waitAs{kind: kindWriter})
+	r1, _ := r.join("ch", waitAs{kind: kindReader})
+	r2, _ := r.join("ch", waitAs{kind: kindReader})
 	r.wake("ch", wakeSpec{kind: kindReader}, wakeRelease)
 	_, ok := pending(w1)
 	assert.False(t, ok, "a reader wake-up skips writers")
@@ -107,8 +107,8 @@ func TestWaitRegistry_KindAndIDWakeOnlyThoseNamed(t *testing.T) {
 	_, ok2 := pending(r2)
 	assert.True(t, ok1 && ok2, "all readers woken")
 
-	s1, _, _ := r.join("ch", waitAs{id: "S1"})
-	s2, _, _ := r.join("ch", waitAs{id: "S2"})
+	s1, _ := r.join("ch", waitAs{id: "S1"})
+	s2, _ := r.join("ch", waitAs{id: "S2"})
 	r.wake("ch", wakeSpec{ids: []string{"S2", "unknown"}}, wakeRelease)
 	_, ok = pending(s1)
 	assert.False(t, ok)

@@ -143,6 +143,13 @@ func (w *watchdog) isHeld(l *lease) bool {
 	return l.state == leaseHeld
 }
 
+// deadline returns the time until which the server is known to keep l.
+func (w *watchdog) deadline(l *lease) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.deadline
+}
+
 // dropped forgets l without reporting anything, when a newer lease replaces it.
 func (w *watchdog) dropped(l *lease) {
 	w.mu.Lock()

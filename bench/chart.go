@@ -56,8 +56,8 @@ func writeChart(cfg config, res *results) error {
 			r := median(lr.w1Rates) / pingMed
 			left = append(left, bar{lr.lib.name, r, fmt.Sprintf("%.2f", r), colorOf(lr)})
 		}
-		if lr.included && len(lr.w2) > 0 {
-			d := pct(lr.w2, .5)
+		if lr.included && len(lr.w2Call) > 0 {
+			d := pct(lr.w2Call, .5)
 			right = append(right, bar{lr.lib.name, float64(d) / float64(time.Microsecond), asciiDur(d), colorOf(lr)})
 		}
 	}
@@ -67,7 +67,7 @@ func writeChart(cfg config, res *results) error {
 	}
 	text(img, 20, 22, fmt.Sprintf("dlock vs peers on one local redis-server (%d rounds x %v). Blue: dlock, orange: peers, grey: floors.", cfg.rounds, cfg.dur), colAxis)
 	panel(img, image.Rect(20, 50, w/2-20, h-20), "W1 uncontended Lock+Unlock pairs/s, ratio to PING floor (higher is better)", left)
-	panel(img, image.Rect(w/2+20, 50, w-20, h-20), "W2 handoff latency p50, microseconds (lower is better)", right)
+	panel(img, image.Rect(w/2+20, 50, w-20, h-20), "W2 handoff p50 from the Unlock call, microseconds (lower is better)", right)
 
 	f, err := os.Create(filepath.Join(cfg.outDir, "benchmarks.png"))
 	if err != nil {

@@ -95,7 +95,8 @@ type libResult struct {
 	openErr  error
 	w1Rates  []float64
 	w1Err    errBox
-	w2       []time.Duration
+	w2       []time.Duration // from Unlock returning
+	w2Call   []time.Duration // from Unlock being called
 	w2Err    errBox
 	w3Rates  []float64
 	w3Waits  []time.Duration
@@ -196,7 +197,8 @@ func run(cfg config, addr string) (*results, error) {
 		}
 		for _, lr := range rotate(locks, r) {
 			if p, ok := pairs[lr]; ok && per > 0 {
-				lr.w2 = append(lr.w2, w2Round(p.h, p.w, "w2:"+lr.lib.name, per, &lr.w2Err)...)
+				ret, call := w2Round(p.h, p.w, "w2:"+lr.lib.name, per, &lr.w2Err)
+				lr.w2, lr.w2Call = append(lr.w2, ret...), append(lr.w2Call, call...)
 			}
 		}
 	}

@@ -93,15 +93,23 @@ func tables(cfg config, res *results) string {
 		p("| %s | %.0f | %.0f..%.0f | %s | %s |\n", lr.lib.name, m, lo, hi, ratio, errCell(&lr.w1Err, lr.openErr))
 	}
 
-	p("\n### W2 handoff latency: holder Unlock returns -> blocked waiter's Lock returns (separate clients), %d handoffs\n\n", cfg.handoffs)
-	p("| library | p50 | p99 | max | n | errors |\n|---|--:|--:|--:|--:|---|\n")
+	p("\n### W2 handoff latency: one holder, one blocked waiter (separate clients), %d handoffs\n\n", cfg.handoffs)
+	p("Measured from the holder's Unlock returning (the issue's definition; negative when the waiter's Lock returned first) and, to compare libraries on a figure that cannot go negative, from the holder calling Unlock.\n\n")
+	p("| library | p50 | p99 | max | waiter first | from Unlock call: p50 | p99 | n | errors |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, lr := range res.libs {
 		if !lr.included {
 			continue
 		}
-		p("| %s | %s | %s | %s | %d | %s |\n", lr.lib.name, fmtDur(pct(lr.w2, .5)), fmtDur(pct(lr.w2, .99)), fmtDur(pct(lr.w2, 1)), len(lr.w2), errCell(&lr.w2Err, lr.openErr))
+		first := 0
+		for _, d := range lr.w2 {
+			if d < 0 {
+				first++
+			}
+		}
+		p("| %s | %s | %s | %s | %d | %s | %s | %d | %s |\n", lr.lib.name, fmtDur(pct(lr.w2, .5)), fmtDur(pct(lr.w2, .99)), fmtDur(pct(lr.w2, 1)),
+			first, fmtDur(pct(lr.w2Call, .5)), fmtDur(pct(lr.w2Call, .99)), len(lr.w2), errCell(&lr.w2Err, lr.openErr))
 	}
-	p("| (PING round trip, go-redis) | %s | %s | %s | %d | |\n", fmtDur(pct(res.pingRTT, .5)), fmtDur(pct(res.pingRTT, .99)), fmtDur(pct(res.pingRTT, 1)), len(res.pingRTT))
+	p("| (PING round trip, go-redis) | | | | | %s | %s | %d | |\n", fmtDur(pct(res.pingRTT, .5)), fmtDur(pct(res.pingRTT, .99)), len(res.pingRTT))
 
 	p("\n### W3 contention: %d goroutines on one key, hold %v, %d rounds x %v\n\n", cfg.w3Workers, cfg.w3Hold, cfg.rounds, cfg.dur)
 	p("| library | handoffs/s (median) | wait p50 | wait p99 | mutual-exclusion violations | errors |\n|---|--:|--:|--:|--:|---|\n")
@@ -188,7 +196,7 @@ func targets(cfg config, res *results) string {
 		if r := median(lr.w1Rates) / pingMed; r > bestW1 {
 			bestW1, bestW1Name = r, lr.lib.name
 		}
-		if p50 := pct(lr.w2, .5); p50 > 0 && (bestW2 == 0 || p50 < bestW2) {
+		if p50 := pct(lr.w2Call, .5); p50 > 0 && (bestW2 == 0 || p50 < bestW2) {
 			bestW2, bestW2Name = p50, lr.lib.name
 		}
 		if r := median(lr.w3Rates); r > bestW3 {
@@ -196,15 +204,15 @@ func targets(cfg config, res *results) string {
 		}
 	}
 	dW1, fW1 := median(d.w1Rates)/pingMed, median(floor.w1Rates)/pingMed
-	dW2 := pct(d.w2, .5)
+	dW2, dW2Call := pct(d.w2, .5), pct(d.w2Call, .5)
 	dW3, dW3p99 := median(d.w3Rates), pct(d.w3Waits, .99)
 	limit := time.Duration(2*cfg.w3Workers) * cfg.w3Hold
 	p("| target | this run | verdict |\n|---|---|---|\n")
 	p("| W1 at least the minimal safe lock | dlock %.2f, floor %.2f (of PING) | %s |\n", dW1, fW1, verdict(dW1 >= fW1))
 	p("| W1 ahead of every peer | dlock %.2f, best peer %s %.2f | %s |\n", dW1, bestW1Name, bestW1, verdict(dW1 > bestW1))
 	p("| W2 handoff p50 <= 150 µs | %s | %s |\n", fmtDur(dW2), verdict(dW2 <= 150*time.Microsecond))
-	if bestW2 > 0 && dW2 > 0 {
-		p("| W2 at least 3x faster than the best peer | %.2fx (best peer %s %s) | %s |\n", float64(bestW2)/float64(dW2), bestW2Name, fmtDur(bestW2), verdict(3*dW2 <= bestW2))
+	if bestW2 > 0 && dW2Call > 0 {
+		p("| W2 at least 3x faster than the best peer (p50 from the Unlock call) | %.2fx (dlock %s, best peer %s %s) | %s |\n", float64(bestW2)/float64(dW2Call), fmtDur(dW2Call), bestW2Name, fmtDur(bestW2), verdict(3*dW2Call <= bestW2))
 	}
 	if bestW3 > 0 {
 		p("| W3 at least 1.15x the best peer's handoffs/s | %.2fx (%.0f vs %s %.0f) | %s |\n", dW3/bestW3, dW3, bestW3Name, bestW3, verdict(dW3 >= 1.15*bestW3))

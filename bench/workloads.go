@@ -107,15 +107,15 @@ func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *
 }
 
 // W2: one holder, one blocked waiter on separate instances; the time from
-// the holder's Unlock returning to the waiter's Lock returning.
-func w2Round(holder, waiter instance, key string, k int, eb *errBox) []time.Duration {
+// the holder's Unlock returning to the waiter's Lock returning (negative when
+// the waiter learned first), and from the holder calling Unlock.
+func w2Round(holder, waiter instance, key string, k int, eb *errBox) (out, fromCall []time.Duration) {
 	ctx := context.Background()
 	h, w := holder.Handle(key), waiter.Handle(key)
-	var out []time.Duration
 	for range k {
 		if err := h.Lock(ctx); err != nil {
 			eb.add(fmt.Errorf("holder lock: %w", err))
-			return out
+			return out, fromCall
 		}
 		got := make(chan error, 1)
 		var t1 time.Time
@@ -126,6 +126,7 @@ func w2Round(holder, waiter instance, key string, k int, eb *errBox) []time.Dura
 		}()
 		// Let the waiter block (and land at a random phase of any poll).
 		time.Sleep(3*time.Millisecond + rand.N(2*time.Millisecond))
+		tc := time.Now()
 		if err := h.Unlock(ctx); err != nil {
 			eb.add(fmt.Errorf("holder unlock: %w", err))
 		}
@@ -134,18 +135,19 @@ func w2Round(holder, waiter instance, key string, k int, eb *errBox) []time.Dura
 		case err := <-got:
 			if err != nil {
 				eb.add(fmt.Errorf("waiter lock: %w", err))
-				return out
+				return out, fromCall
 			}
 		case <-time.After(10 * time.Second):
 			eb.add(fmt.Errorf("waiter not granted within 10s"))
-			return out
+			return out, fromCall
 		}
 		out = append(out, t1.Sub(t0))
+		fromCall = append(fromCall, t1.Sub(tc))
 		if err := w.Unlock(ctx); err != nil {
 			eb.add(fmt.Errorf("waiter unlock: %w", err))
 		}
 	}
-	return out
+	return out, fromCall
 }
 
 func pingRTTs(rdb *redis.Client, n int) []time.Duration {

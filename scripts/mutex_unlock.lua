@@ -1,15 +1,22 @@
--- mutex_unlock: release a plain lock if, and only if, the token still holds it.
+-- mutex_unlock: release a plain lock if, and only if, the token holds it
+-- (mutex_common.lua is prepended).
 --
--- KEYS[1]  the lock key
--- KEYS[2]  the lock's release channel
--- ARGV[1]  the holder's token
--- ARGV[2]  the release message (the releasing client's ID and how many to wake)
+-- KEYS[1..4]  K, Q, QE (see mutex_common.lua), and the channel
+-- ARGV[1]     the holder's token
+-- ARGV[2]     the Client's ID, for a grant message
 --
--- Returns 1 when released (and the message published), 0 when the token does
--- not hold the lock; then nothing changes.
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', KEYS[2], ARGV[2])
+-- Returns 0 when the token does not hold the lock (nothing changes), 1 when
+-- the lock was freed with nobody waiting (nothing is published), or the
+-- token of the queued waiter it was handed to (see mutex_common.lua).
+local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+if redis.call('GET', K) ~= ARGV[1] then
+  return 0
+end
+if redis.call('EXISTS', Q) == 0 then
+  redis.call('DEL', K)
   return 1
 end
-return 0
+local now = now_ms()
+purge(Q, QE, now)
+redis.call('DEL', K)
+return grant_first(K, Q, QE, CH, ARGV[2], now) or 1

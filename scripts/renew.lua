@@ -9,8 +9,9 @@
 --              'h<owner>'  KEYS: a hash lock in which field <owner> must exist
 --              'z<member>' KEYS: a zset of leases scored by expiry (server
 --                          milliseconds); <member> must be there, unexpired
---              'R<owner>'  KEYS: an RWMutex's reader zset and read-count hash;
---                          as 'z' on the zset, and the hash lives as long
+--              'R<id>'     KEYS: a zset as for 'z', and a companion key that
+--                          lives as long (an RWMutex's read-count hash, a
+--                          Mutex's queue)
 --
 -- Returns an array: element i is 1 when lease i was renewed, 0 when the hold
 -- is gone (or a key has another type). One bad key never fails the batch.

@@ -14,6 +14,10 @@ import (
 )
 
 var (
+	//go:embed mutex_common.lua
+	mutexCommon string
+	//go:embed mutex_cancel.lua
+	mutexCancel string
 	//go:embed mutex_try.lua
 	mutexTry string
 	//go:embed mutex_unlock.lua
@@ -58,8 +62,11 @@ var (
 
 // The scripts, ready to Run. See each .lua file for its contract.
 var (
-	MutexTry        = redis.NewScript(mutexTry)
-	MutexUnlock     = redis.NewScript(mutexUnlock)
+	// The Mutex scripts share mutex_common.lua, prepended to each.
+	MutexTry    = redis.NewScript(mutexCommon + mutexTry)
+	MutexUnlock = redis.NewScript(mutexCommon + mutexUnlock)
+	MutexCancel = redis.NewScript(mutexCommon + mutexCancel)
+
 	ReentrantTry    = redis.NewScript(reentrantTry)
 	ReentrantUnlock = redis.NewScript(reentrantUnlock)
 	ForceUnlock     = redis.NewScript(forceUnlock)

@@ -1,0 +1,324 @@
+package dlock_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// The Mutex queue (scripts/mutex_common.lua): blocked Locks queue in Redis
+// and a release hands the lock straight to the first live waiter.
+
+func queueKeys(n string) []string {
+	k := key(n)
+	return []string{k, k + ":mq", k + ":mqe", k + ":ch"}
+}
+
+// queued returns the tokens queued on lock n, first first.
+func queued(t *testing.T, rdb *redis.Client, n string) []string {
+	t.Helper()
+	ids, err := rdb.ZRange(context.Background(), queueKeys(n)[1], 0, -1).Result()
+	require.NoError(t, err)
+	return ids
+}
+
+// lockInBackground starts m.Lock and returns a channel closed when it
+// returned without error.
+func lockInBackground(t *testing.T, ctx context.Context, m *dlock.Mutex, onDone func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if assert.NoError(t, m.Lock(ctx)) && onDone != nil {
+			onDone()
+		}
+	}()
+	return done
+}
+
+func TestMutexQueue_ServesWaitersInArrivalOrderAcrossClients(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	a, b, c := e.client(e.rdb()), e.client(e.rdb()), e.client(e.rdb())
+	holder := a.Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+
+	var mu sync.Mutex
+	var order []string
+	var dones []<-chan struct{}
+	// Queue five waiters on alternating Clients, one at a time, so their
+	// arrival order is known.
+	for i, cl := range []*dlock.Client{b, c, a, c, b} {
+		label := string(rune('1' + i))
+		m := cl.Mutex(n)
+		dones = append(dones, lockInBackground(t, ctx, m, func() {
+			mu.Lock()
+			order = append(order, label)
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			assert.NoError(t, m.Unlock(ctx))
+		}))
+		require.Eventually(t, func() bool { return len(queued(t, probe, n)) == i+1 },
+			5*time.Second, time.Millisecond, "waiter %s queued", label)
+	}
+	require.NoError(t, holder.Unlock(ctx))
+	for _, d := range dones {
+		within(t, d, 10*time.Second, "every waiter served")
+	}
+	assert.Equal(t, []string{"1", "2", "3", "4", "5"}, order, "served in arrival order, whichever Client")
+	assert.Empty(t, queued(t, probe, n))
+	assert.Zero(t, probe.Exists(ctx, queueKeys(n)...).Val(), "nothing left in Redis")
+}
+
+func TestMutexQueue_HandedLock_WaiterSendsNothing(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := e.client(e.rdb()).Mutex(n)
+	cnt := newCounter()
+	wc := e.client(e.rdb(cnt))
+	waiter := wc.Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // let the queueing try's reply arrive
+	cnt.reset()
+	require.NoError(t, holder.Unlock(ctx))
+	within(t, done, 5*time.Second, "the waiter acquiring")
+	_, cmds := cnt.snapshot()
+	assert.Empty(t, cmds, "the waiter learns it holds the lock from the release message alone")
+	token, err := probe.Get(ctx, key(n)).Result()
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(token, wc.ID()+"."), "the key names the waiter")
+	pttl := probe.PTTL(ctx, key(n)).Val()
+	assert.Greater(t, pttl, 20*time.Second, "the handed hold keeps what remained of the waiter's 30s mark")
+	require.NoError(t, waiter.Unlock(ctx))
+	assert.Zero(t, probe.Exists(ctx, key(n)).Val())
+}
+
+func TestMutexQueue_HandedHold_RenewedLikeAnyOther(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	const timeout = 900 * time.Millisecond
+	holder := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout)).Mutex(n)
+	waiter := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout)).Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	done := lockInBackground(t, ctx, waiter, nil)
+	// Queued for several mark renewals before the handoff.
+	time.Sleep(1500 * time.Millisecond)
+	require.Len(t, queued(t, probe, n), 1, "the waiter's mark renewed while it waits")
+	require.NoError(t, holder.Unlock(ctx))
+	within(t, done, 5*time.Second, "the waiter acquiring")
+	lost := waiter.Lost()
+	time.Sleep(3 * timeout)
+	select {
+	case <-lost:
+		t.Fatal("a handed hold was reported lost while its Client renews it")
+	default:
+	}
+	pttl := probe.PTTL(ctx, key(n)).Val()
+	assert.Greater(t, pttl, time.Duration(0))
+	assert.LessOrEqual(t, pttl, timeout)
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+func TestMutexQueue_WithLeaseWaiter_HandedLockGetsItsOwnLease(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := e.client(e.rdb()).Mutex(n)
+	waiter := e.client(e.rdb()).Mutex(n, dlock.WithLease(2*time.Second))
+	require.NoError(t, holder.Lock(ctx))
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, holder.Unlock(ctx))
+	within(t, done, 5*time.Second, "the waiter acquiring")
+	pttl := probe.PTTL(ctx, key(n)).Val()
+	assert.Greater(t, pttl, 1500*time.Millisecond)
+	assert.LessOrEqual(t, pttl, 2*time.Second, "the lease asked for, not the waiting mark's")
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+// addGhost queues a waiter that no Client serves, as a crashed process
+// leaves behind, whose mark expires after mark.
+func addGhost(t *testing.T, rdb *redis.Client, n, token string, mark time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	ks := queueKeys(n)
+	require.NoError(t, rdb.ZAdd(ctx, ks[1], redis.Z{Score: float64(now.UnixMicro()), Member: token}).Err())
+	require.NoError(t, rdb.ZAdd(ctx, ks[2], redis.Z{Score: float64(now.Add(mark).UnixMilli()), Member: token}).Err())
+}
+
+func TestMutexQueue_GhostWithExpiredMark_IsSkipped(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := e.client(e.rdb()).Mutex(n)
+	waiter := e.client(e.rdb()).Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	addGhost(t, probe, n, "ghost.1", 200*time.Millisecond)
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the ghost's mark runs out
+	require.NoError(t, holder.Unlock(ctx))
+	d := within(t, done, 5*time.Second, "the live waiter acquiring")
+	assert.Less(t, d, time.Second, "handed at once, past the dead entry")
+	assert.Empty(t, queued(t, probe, n))
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+func TestMutexQueue_GhostWithLiveMark_HoldsTheLockOnlyUntilItsMarkEnds(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	// Short leases so the live waiter's fallback timer is short too.
+	holder := e.client(e.rdb(), dlock.WithWatchdogTimeout(time.Second)).Mutex(n)
+	waiter := e.client(e.rdb(), dlock.WithWatchdogTimeout(time.Second)).Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	const ghostMark = 800 * time.Millisecond
+	addGhost(t, probe, n, "ghost.2", ghostMark)
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+	released := time.Now()
+	require.NoError(t, holder.Unlock(ctx))
+	assert.Equal(t, "ghost.2", probe.Get(ctx, key(n)).Val(), "handed to the first in line")
+	within(t, done, 5*time.Second, "the live waiter acquiring once the ghost's lease ran out")
+	waited := time.Since(released)
+	assert.Greater(t, waited, ghostMark/2, "exclusion holds while the ghost's lease lasts")
+	t.Logf("a dead waiter at the head held the lock up for %v (its mark had %v left)", waited, ghostMark)
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+func TestMutexQueue_CancelAfterHandoff_PassesTheLockOn(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	c := e.client(e.rdb())
+	holder := c.Mutex(n)
+	wc := e.client(e.rdb())
+	waiter := wc.Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	addGhost(t, probe, n, "ghost.3", 20*time.Second)
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, holder.Unlock(ctx))
+	require.Equal(t, "ghost.3", probe.Get(ctx, key(n)).Val())
+	// The ghost gives up just after it was handed the lock.
+	v, err := scripts.MutexCancel.Run(ctx, probe, queueKeys(n), "ghost.3", c.ID()).Result()
+	require.NoError(t, err)
+	next, _ := v.(string)
+	assert.True(t, strings.HasPrefix(next, wc.ID()+"."), "handed on to the next waiter, not %v", v)
+	d := within(t, done, 5*time.Second, "the next waiter acquiring")
+	assert.Less(t, d, time.Second)
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+func TestMutexQueue_GivenUpWaiter_LeavesNothingBehind(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := e.client(e.rdb()).Mutex(n)
+	waiter := e.client(e.rdb()).Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	err := waiter.Lock(short)
+	require.ErrorIs(t, err, dlock.ErrNotObtained)
+	assert.Zero(t, probe.Exists(ctx, queueKeys(n)[1:3]...).Val(), "the queue entry was withdrawn")
+	require.NoError(t, holder.Unlock(ctx))
+	assert.Zero(t, probe.Exists(ctx, key(n)).Val(), "the release found nobody to hand the lock to")
+}
+
+func TestMutexQueue_UncontendedUnlock_PublishesNothing(t *testing.T) {
+	e := realEnv(t) // its own server: commandstats count only this test
+	rdb := e.rdb()
+	m := e.client(rdb).Mutex(name(t))
+	ctx := ctxTimeout(t, 30*time.Second)
+	publishes := func() int { return cmdCalls(t, rdb, "publish") }
+	before := publishes()
+	for range 20 {
+		require.NoError(t, m.Lock(ctx))
+		require.NoError(t, m.Unlock(ctx))
+	}
+	assert.Equal(t, before, publishes(), "nobody queued, so no release message")
+}
+
+// cmdCalls returns how many times the server ran cmd (INFO commandstats).
+func cmdCalls(t *testing.T, rdb *redis.Client, cmd string) int {
+	t.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
+			n := 0
+			for _, ch := range rest {
+				if ch < '0' || ch > '9' {
+					break
+				}
+				n = n*10 + int(ch-'0')
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+func TestMutexQueue_HandoffWithinOneClient_PublishesNothing(t *testing.T) {
+	e := realEnv(t) // its own server: commandstats count only this test
+	rdb := e.rdb()
+	c := e.client(rdb)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder, waiter := c.Mutex(n), c.Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, rdb, n)) == 1 }, 5*time.Second, time.Millisecond)
+	before := cmdCalls(t, rdb, "publish")
+	require.NoError(t, holder.Unlock(ctx))
+	within(t, done, time.Second, "the waiter on the same Client acquiring")
+	assert.Equal(t, before, cmdCalls(t, rdb, "publish"), "the releasing Client wakes its own waiter")
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+func TestMutexQueue_TryFindingTheLockFree_HandsItToTheFirstLocalWaiter(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	c := e.client(e.rdb())
+	// A holder that will vanish without a release, as a crashed one does;
+	// its 20s lease sets the waiter's fallback timer far away.
+	require.NoError(t, probe.Set(ctx, key(n), "gone.1", 20*time.Second).Err())
+	first := c.Mutex(n)
+	done := lockInBackground(t, ctx, first, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, probe.Del(ctx, key(n)).Err()) // the lease "runs out"
+	// A TryLock through the same Client finds the lock free but someone
+	// queued: the script hands it to that waiter, publishing nothing, and
+	// this Client wakes it.
+	ok, err := c.Mutex(n).TryLock(ctx)
+	require.NoError(t, err)
+	assert.False(t, ok, "a TryLock does not jump the queue")
+	within(t, done, time.Second, "the queued waiter acquiring, long before its 20s timer")
+	require.NoError(t, first.Unlock(ctx))
+}
