@@ -2,8 +2,10 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,4 +136,30 @@ func BenchmarkMutex_LockUnlock_Telemetry(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkMutex_LockUnlock_Parallel is the bench module's W1 in miniature:
+// 32 goroutines (16 per CPU on 2 CPUs), each on its own lock.
+func BenchmarkMutex_LockUnlock_Parallel(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: sharedServer(b).Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = rdb.Close() })
+	c := dlock.New(rdb)
+	defer c.Close()
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		m := c.Mutex(fmt.Sprintf("bench-parallel-%d", next.Add(1)))
+		ctx := context.Background()
+		for pb.Next() {
+			if err := m.Lock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+			if err := m.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

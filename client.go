@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"crypto/rand"
 	"reflect"
 	"sync"
@@ -162,4 +163,14 @@ func (c *Client) gate(hk string) (unlock func()) {
 		}
 		c.holdsMu.Unlock()
 	}
+}
+
+// detach returns ctx without its cancellation, so that a request's outcome
+// is always known; ctx's values (trace spans) remain. A ctx that cannot be
+// cancelled is returned as it is.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

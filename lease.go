@@ -29,6 +29,8 @@ type lease struct {
 
 	count int64 // reentrant holds the server counts; guarded by the owner's gate
 
+	// Made on first use (most holds never need them), guarded by the
+	// watchdog's mutex.
 	lost   chan struct{}   // closed when the hold is lost
 	ctx    context.Context // cancelled when the hold ends, however it ends
 	cancel context.CancelCauseFunc
@@ -47,38 +49,64 @@ const (
 // have started the lease any time after it. The span in ctx, if any, is the
 // one a lost-hold span links back to.
 func newLease(ctx context.Context, kind, name, key, spec string, renew bool, ttl time.Duration, sent time.Time) *lease {
-	hctx, cancel := context.WithCancelCause(context.Background())
 	return &lease{
 		name: name, kind: kind, key: key, spec: spec, renew: renew, ttl: ttl,
 		origin:   trace.SpanContextFromContext(ctx),
 		acquired: time.Now(),
 		deadline: sent.Add(ttl),
-		lost:     make(chan struct{}),
-		ctx:      hctx,
-		cancel:   cancel,
+	}
+}
+
+// ended records how l ended and signals whoever watches it. Called with the
+// watchdog's mutex held.
+func (l *lease) ended(state leaseState, cause error) {
+	l.state, l.cause = state, cause
+	if state == leaseLost && l.lost != nil {
+		close(l.lost)
+	}
+	if l.cancel != nil {
+		l.cancel(cause)
 	}
 }
 
 // holdContext derives a context from parent that is cancelled when l ends,
 // with l's cause (ErrLost when lost). A nil l gives a context that is already
 // cancelled with cause ErrNotHeld.
-func holdContext(parent context.Context, l *lease) (context.Context, context.CancelFunc) {
+func (w *watchdog) holdContext(parent context.Context, l *lease) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	if l == nil {
 		cancel(ErrNotHeld)
 		return ctx, func() {}
 	}
-	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	w.mu.Lock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.state != leaseHeld {
+			l.cancel(l.cause)
+		}
+	}
+	hctx := l.ctx
+	w.mu.Unlock()
+	stop := context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) })
 	return ctx, func() {
 		stop()
 		cancel(context.Canceled)
 	}
 }
 
-// lostOf returns l's lost channel, or nil for no lease.
-func lostOf(l *lease) <-chan struct{} {
+// lostOf returns l's lost channel, closed once l is lost, or nil for no
+// lease.
+func (w *watchdog) lostOf(l *lease) <-chan struct{} {
 	if l == nil {
 		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if l.lost == nil {
+		l.lost = make(chan struct{})
+		if l.state == leaseLost {
+			close(l.lost)
+		}
 	}
 	return l.lost
 }

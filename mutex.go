@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+	"encoding/base32"
 	"fmt"
 	"strings"
 	"sync"
@@ -69,7 +70,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	}
 	token := m.c.newToken()
 	ttl, renew := m.c.leaseOf(m.lc)
-	nc := context.WithoutCancel(ctx) // a try's outcome must never be unknown
+	nc := detach(ctx) // a try's outcome must never be unknown
 	sent := time.Now()
 	// While this Client has waiters queued on the lock, it is held: go
 	// straight to the queue instead of paying for a SET that must fail.
@@ -90,7 +91,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 // watchdog renews; a waiter that dies stops holding the queue up when its
 // mark runs out.
 func (m *Mutex) lockSlow(ctx context.Context, token string, ttl time.Duration, renew bool) error {
-	nc := context.WithoutCancel(ctx)
+	nc := detach(ctx)
 	markTTL, _ := m.c.leaseOf(lockConfig{})
 	var mark *lease
 	var sent time.Time
@@ -152,7 +153,7 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 	token := m.c.newToken()
 	ttl, renew := m.c.leaseOf(m.lc)
 	sent := time.Now()
-	ok, _, err = m.try(context.WithoutCancel(ctx), token, ttl, 0)
+	ok, _, err = m.try(detach(ctx), token, ttl, 0)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -225,7 +226,7 @@ func (m *Mutex) handedTo(v any) {
 // which case the hold is given back so that a failed Lock leaves nothing.
 func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, renew bool, sent time.Time) error {
 	if ctx.Err() != nil {
-		_, _ = m.release(context.WithoutCancel(ctx), token)
+		_, _ = m.release(detach(ctx), token)
 		return notObtained("lock", m.name, ctx)
 	}
 	l := newLease(ctx, kindMutexName, m.name, m.key, "s"+token, renew, ttl, sent)
@@ -280,7 +281,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 		return fmt.Errorf("dlock: unlock %q: %w", m.name, ErrNotHeld)
 	}
 	m.c.wd.beginRelease(l)
-	ok, err := m.release(context.WithoutCancel(ctx), l.spec[1:])
+	ok, err := m.release(detach(ctx), l.spec[1:])
 	if err != nil {
 		m.c.wd.abortRelease(l)
 		m.mu.Lock()
@@ -307,7 +308,7 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 func (m *Mutex) Lost() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return lostOf(m.hold)
+	return m.c.wd.lostOf(m.hold)
 }
 
 // HoldContext returns a copy of parent that is cancelled when the current
@@ -319,13 +320,23 @@ func (m *Mutex) HoldContext(parent context.Context) (context.Context, context.Ca
 	m.mu.Lock()
 	l := m.hold
 	m.mu.Unlock()
-	return holdContext(parent, l)
+	return m.c.wd.holdContext(parent, l)
 }
 
 // newToken returns a fresh token for a Mutex acquisition: the Client's ID,
 // which tells whoever waits who holds the lock, and 128 random bits, which
 // make the token unique.
-func (c *Client) newToken() string { return c.id + "." + rand.Text() }
+func (c *Client) newToken() string {
+	var random [16]byte
+	_, _ = rand.Read(random[:]) // never fails (crypto/rand)
+	b := make([]byte, 0, len(c.id)+1+tokenEncoding.EncodedLen(len(random)))
+	b = append(b, c.id...)
+	b = append(b, '.')
+	return string(tokenEncoding.AppendEncode(b, random[:]))
+}
+
+// tokenEncoding spells the random part of a token as rand.Text does.
+var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // clientOfToken returns the ID of the Client that wrote a Mutex token.
 func clientOfToken(token string) string {

@@ -108,7 +108,7 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 	hk := holdKey(r.key, owner)
 	defer r.c.gate(hk)()
 	ttl, renew := r.c.leaseOf(r.lc)
-	nc := context.WithoutCancel(ctx) // a try's outcome must be known
+	nc := detach(ctx) // a try's outcome must be known
 	sent := time.Now()
 	res, err := scripts.ReentrantTry.Run(nc, r.c.rdb, []string{r.key}, owner, millis(ttl)).Slice()
 	var v int64
@@ -174,7 +174,7 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
 	hk := holdKey(r.key, owner)
 	defer r.c.gate(hk)()
 	l := r.c.beginUnlock(hk)
-	n, err := r.release(context.WithoutCancel(ctx), owner)
+	n, err := r.release(detach(ctx), owner)
 	return r.c.finishUnlock("unlock", r.name, hk, l, n, err)
 }
 
@@ -235,7 +235,7 @@ func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (deleted bool, err err
 	if err := r.c.usable(r.lc.err); err != nil {
 		return false, err
 	}
-	n, err := scripts.ForceUnlock.Run(context.WithoutCancel(ctx), r.c.rdb, []string{r.key, r.channel},
+	n, err := scripts.ForceUnlock.Run(detach(ctx), r.c.rdb, []string{r.key, r.channel},
 		r.c.releaseOne(), "hash").Int64()
 	if err != nil {
 		return false, redisErr("forceunlock", r.name, r.key, err)
@@ -264,7 +264,7 @@ func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (deleted bool, err err
 // lost (see Mutex.Lost), or nil when that owner holds nothing through this
 // Client.
 func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
-	return lostOf(r.lease(ctx))
+	return r.c.wd.lostOf(r.lease(ctx))
 }
 
 // HoldContext returns a copy of ctx that is cancelled when the hold of the
@@ -272,7 +272,7 @@ func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
 // context.Cause reports an error matching ErrLost. Without a hold it is
 // already cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
 func (r *ReentrantMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return holdContext(ctx, r.lease(ctx))
+	return r.c.wd.holdContext(ctx, r.lease(ctx))
 }
 
 func (r *ReentrantMutex) lease(ctx context.Context) *lease {

@@ -110,7 +110,7 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 	defer rw.c.gate(rw.writeKey(owner))()
 	hk := rw.readKey(owner)
 	ttl, renew := rw.c.leaseOf(rw.lc)
-	nc := context.WithoutCancel(ctx)
+	nc := detach(ctx)
 	sent := time.Now()
 	v, err := scripts.RWTryRead.Run(nc, rw.c.rdb, rw.keys, owner, millis(ttl)).Int64()
 	if err != nil {
@@ -201,7 +201,7 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 	hk := rw.writeKey(owner)
 	defer rw.c.gate(hk)()
 	ttl, renew := rw.c.leaseOf(rw.lc)
-	nc := context.WithoutCancel(ctx)
+	nc := detach(ctx)
 	sent := time.Now()
 	v, err := scripts.RWTryWrite.Run(nc, rw.c.rdb, rw.keys, owner, millis(ttl), millis(markTTL)).Int64()
 	if err != nil {
@@ -239,7 +239,7 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 // cancelWrite withdraws the owner's waiting mark, waking the readers it kept
 // out. Best effort: a mark left behind expires with its lease.
 func (rw *RWMutex) cancelWrite(ctx context.Context, owner string) {
-	msg, err := scripts.RWCancelWrite.Run(context.WithoutCancel(ctx), rw.c.rdb, rw.keysCh, owner, rw.c.id).Text()
+	msg, err := scripts.RWCancelWrite.Run(detach(ctx), rw.c.rdb, rw.keysCh, owner, rw.c.id).Text()
 	if err != nil {
 		rw.c.wakeUnknown(rw.channel, err)
 		return
@@ -294,7 +294,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 	defer rw.c.gate(rw.writeKey(owner))()
 	hk := rw.readKey(owner)
 	l := rw.c.beginUnlock(hk)
-	n, err := rw.releaseRead(context.WithoutCancel(ctx), owner)
+	n, err := rw.releaseRead(detach(ctx), owner)
 	return rw.c.finishUnlock("runlock", rw.name, hk, l, n, err)
 }
 
@@ -313,30 +313,30 @@ func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 	hk := rw.writeKey(owner)
 	defer rw.c.gate(hk)()
 	l := rw.c.beginUnlock(hk)
-	n, err := rw.releaseWrite(context.WithoutCancel(ctx), owner)
+	n, err := rw.releaseWrite(detach(ctx), owner)
 	return rw.c.finishUnlock("unlock", rw.name, hk, l, n, err)
 }
 
 // Lost returns a channel that is closed if the write hold of the owner in
 // ctx is lost, or nil when that owner does not write through this Client.
 func (rw *RWMutex) Lost(ctx context.Context) <-chan struct{} {
-	return lostOf(rw.holdLease(ctx, rw.writeKey))
+	return rw.c.wd.lostOf(rw.holdLease(ctx, rw.writeKey))
 }
 
 // RLost is Lost for the owner's read hold.
 func (rw *RWMutex) RLost(ctx context.Context) <-chan struct{} {
-	return lostOf(rw.holdLease(ctx, rw.readKey))
+	return rw.c.wd.lostOf(rw.holdLease(ctx, rw.readKey))
 }
 
 // HoldContext returns a copy of ctx cancelled when the write hold of the
 // owner in ctx ends (see Mutex.HoldContext).
 func (rw *RWMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return holdContext(ctx, rw.holdLease(ctx, rw.writeKey))
+	return rw.c.wd.holdContext(ctx, rw.holdLease(ctx, rw.writeKey))
 }
 
 // RHoldContext is HoldContext for the owner's read hold.
 func (rw *RWMutex) RHoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return holdContext(ctx, rw.holdLease(ctx, rw.readKey))
+	return rw.c.wd.holdContext(ctx, rw.holdLease(ctx, rw.readKey))
 }
 
 func (rw *RWMutex) holdLease(ctx context.Context, hk func(string) string) *lease {

@@ -202,7 +202,7 @@ func (s *Semaphore) check(n int) error {
 // It returns the Permit on success, else how long until a lease may run out.
 func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.Duration) (*Permit, time.Duration, error) {
 	ttl, renew := s.c.leaseOf(lockConfig{lease: s.lease})
-	nc := context.WithoutCancel(ctx)
+	nc := detach(ctx)
 	sent := time.Now()
 	v, err := scripts.SemTry.Run(nc, s.c.rdb, s.keysCh, id, n, millis(ttl), millis(markTTL), s.c.id).Int64()
 	if err != nil {
@@ -257,7 +257,7 @@ func (s *Semaphore) giveBack(ctx context.Context, id string) {
 // cancel takes waiter id out of the queue. Best effort: a place left behind
 // is dropped when its waiting mark runs out.
 func (s *Semaphore) cancel(ctx context.Context, id string) {
-	msg, err := scripts.SemCancel.Run(context.WithoutCancel(ctx), s.c.rdb, s.keysCh, id, s.c.id).Text()
+	msg, err := scripts.SemCancel.Run(detach(ctx), s.c.rdb, s.keysCh, id, s.c.id).Text()
 	if err != nil {
 		s.c.wakeUnknown(s.channel, err)
 		return
@@ -319,7 +319,7 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 		return fmt.Errorf("dlock: release %q: %w", s.name, ErrNotHeld)
 	}
 	s.c.wd.beginRelease(p.l)
-	n, err := s.release(context.WithoutCancel(ctx), p.id)
+	n, err := s.release(detach(ctx), p.id)
 	if err != nil {
 		s.c.wd.abortRelease(p.l)
 		return err
@@ -338,11 +338,11 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 // Lost returns a channel that is closed if the permit's lease is lost (it
 // expired, renewals failed for a whole lease, or the Client closed). Release
 // does not close it.
-func (p *Permit) Lost() <-chan struct{} { return p.l.lost }
+func (p *Permit) Lost() <-chan struct{} { return p.s.c.wd.lostOf(p.l) }
 
 // HoldContext returns a copy of parent that is cancelled when the permit
 // ends: by Release, or by loss, in which case context.Cause reports an error
 // matching ErrLost. Call the CancelFunc when done.
 func (p *Permit) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return holdContext(parent, p.l)
+	return p.s.c.wd.holdContext(parent, p.l)
 }

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,12 +11,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/scripts"
@@ -352,4 +355,38 @@ func TestTelemetry_CloseDuringFailingUnlock_HoldEndsAndGaugeReturnsToZero(t *tes
 	assert.EqualValues(t, 0, o.sum(t, "dlock.holds"), "holds gauge back to zero")
 	assert.EqualValues(t, 0, o.sum(t, "dlock.lost"), "a shutdown is not counted as a loss")
 	assert.EqualValues(t, 1, o.histCount(t, "dlock.hold.duration", attribute.String("dlock.result", "closed")))
+}
+
+// With no provider configured, dlock follows the OpenTelemetry global. While
+// the global is unset it starts no spans at all, and it must still record
+// once the application installs one, even after New.
+func TestTelemetry_GlobalProviderInstalledAfterNew_Records(t *testing.T) {
+	prev := otel.GetTracerProvider()
+	if fmt.Sprintf("%T", prev) != "*global.tracerProvider" {
+		t.Skip("the global tracer provider was already set")
+	}
+	e := sharedEnv(t)
+	c := e.client(e.rdb()) // follows the globals
+	m := c.Mutex(name(t))
+	o := newOtel(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+
+	// The caller's span comes from a provider that is not the global one:
+	// dlock, following the unset global, must leave it alone.
+	callerCtx, caller := o.tp.Tracer("app").Start(ctx, "request")
+	require.NoError(t, m.Lock(callerCtx))
+	require.NoError(t, m.Unlock(callerCtx))
+	caller.End()
+	assert.Empty(t, o.ended("dlock.Mutex.Lock"), "nothing records while the global is unset")
+	for _, s := range o.ended("request") {
+		assert.Empty(t, s.Attributes(), "dlock wrote nothing on the caller's span")
+		assert.Empty(t, s.Events())
+	}
+
+	otel.SetTracerProvider(o.tp)
+	t.Cleanup(func() { otel.SetTracerProvider(tracenoop.NewTracerProvider()) })
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, m.Unlock(ctx))
+	assert.Len(t, o.ended("dlock.Mutex.Lock"), 1, "recorded once the application installed a provider")
+	assert.Len(t, o.ended("dlock.Mutex.Unlock"), 1)
 }

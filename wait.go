@@ -283,7 +283,7 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	}
 	// The subscription is the Client's, not the caller's: a deadline in ctx
 	// must not cut a write on the shared connection short.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), subscribeTimeout)
+	sctx, cancel := context.WithTimeout(detach(ctx), subscribeTimeout)
 	confirmed, err := c.hub.Acquire(sctx, channel)
 	cancel()
 	if err != nil {

@@ -117,9 +117,8 @@ func (w *watchdog) released(l *lease) (lostCause error) {
 
 // endLocked ends a held lease normally.
 func (w *watchdog) endLocked(l *lease, cause error) {
-	l.state, l.cause = leaseReleased, cause
 	delete(w.leases, l)
-	l.cancel(cause)
+	l.ended(leaseReleased, cause)
 	if !l.mark {
 		w.c.tel.holdEnded(l, resultReleased)
 	}
@@ -181,10 +180,8 @@ func (w *watchdog) loseLocked(l *lease, cause error) {
 	if l.state != leaseHeld {
 		return
 	}
-	l.state, l.cause = leaseLost, cause
 	delete(w.leases, l)
-	close(l.lost)
-	l.cancel(cause)
+	l.ended(leaseLost, cause)
 	if !l.mark {
 		w.lostQ = append(w.lostQ, lostReport{l, cause})
 	}
@@ -198,10 +195,8 @@ func (w *watchdog) closeLocked(l *lease) {
 		return
 	}
 	cause := fmt.Errorf("%w: %w", ErrLost, ErrClosed)
-	l.state, l.cause = leaseLost, cause
 	delete(w.leases, l)
-	close(l.lost)
-	l.cancel(cause)
+	l.ended(leaseLost, cause)
 	if !l.mark {
 		w.c.tel.holdEnded(l, resultClosed)
 	}
