@@ -115,6 +115,7 @@ type results struct {
 	semRate   []float64
 	semWaits  []time.Duration
 	semErr    errBox
+	scale     *scaleResult
 	redisAddr string
 	elapsed   time.Duration
 }
@@ -257,6 +258,9 @@ func run(cfg config, addr string) (*results, error) {
 	}
 	_ = c.Close()
 	_ = rdb.Close()
+
+	fmt.Printf("Scale: 10,000 held locks; 10,000 waiters on 1,000 keys\n")
+	res.scale = runScale(addr, 10000, 10000, 1000)
 	res.elapsed = time.Since(t0)
 	return res, nil
 }
