@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"sort"
@@ -157,6 +158,36 @@ func BenchmarkMutex_LockUnlock_Parallel(b *testing.B) {
 				return
 			}
 			if err := m.Unlock(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// floorUnlock is the minimal safe release: compare, delete, publish.
+var floorUnlock = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], ARGV[2]) return 1 end return 0`)
+
+// BenchmarkFloor_MinimalSafeLock_Parallel is the floor that
+// BenchmarkMutex_LockUnlock_Parallel is measured against: SET NX PX and one
+// compare-delete-publish script on plain go-redis, with no client logic.
+func BenchmarkFloor_MinimalSafeLock_Parallel(b *testing.B) {
+	rdb := redis.NewClient(&redis.Options{Addr: sharedServer(b).Addr, PoolSize: 64})
+	b.Cleanup(func() { _ = rdb.Close() })
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		k := fmt.Sprintf("bench-floor-%d", next.Add(1))
+		ctx := context.Background()
+		for pb.Next() {
+			tok := rand.Text()
+			if ok, err := rdb.SetNX(ctx, k, tok, 30*time.Second).Result(); err != nil || !ok {
+				b.Error("floor lock", ok, err)
+				return
+			}
+			if err := floorUnlock.Run(ctx, rdb, []string{k, k + ":ch"}, tok, "x").Err(); err != nil {
 				b.Error(err)
 				return
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/coalesce"
 	"github.com/dlock-go/dlock/pubsub"
 )
 
@@ -25,6 +26,7 @@ type Client struct {
 	err     error  // set by New for a nil client or a bad option
 	cluster bool   // scripts must then be batched per hash slot
 
+	co    *coalesce.Coalescer // shares round trips between concurrent calls
 	hub   *pubsub.Hub
 	waits waitRegistry
 	wd    *watchdog
@@ -63,6 +65,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	_, c.cluster = rdb.(*redis.ClusterClient)
 	c.oneMsg = c.id + "|1"
+	c.co = coalesce.New(rdb, pipelinesInFlight)
 	c.waits.init()
 	c.hub = pubsub.New(rdb, hubHandler{c}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
 	c.wd = newWatchdog(c)
@@ -173,4 +176,10 @@ func detach(ctx context.Context) context.Context {
 		return ctx
 	}
 	return context.WithoutCancel(ctx)
+}
+
+// script runs one of dlock's scripts, sharing a pipeline with other calls
+// of this Client in flight at the same moment (see internal/coalesce).
+func (c *Client) script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return c.co.Run(ctx, s, keys, args...)
 }

@@ -43,7 +43,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 	if n < 1 {
 		return false, invalidf("latch %q: count %d", l.name, n)
 	}
-	v, err := scripts.LatchSet.Run(ctx, l.c.rdb, []string{l.key}, n).Int64()
+	v, err := l.c.script(ctx, scripts.LatchSet, []string{l.key}, n).Int64()
 	if err != nil {
 		return false, redisErr("trysetcount", l.name, l.key, err)
 	}
@@ -58,7 +58,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
 	if err := l.c.usable(l.err); err != nil {
 		return err
 	}
-	n, err := scripts.LatchCountDown.Run(ctx, l.c.rdb, []string{l.key, l.channel}, l.c.id).Int64()
+	n, err := l.c.script(ctx, scripts.LatchCountDown, []string{l.key, l.channel}, l.c.id).Int64()
 	if err != nil {
 		l.c.wakeUnknown(l.channel, err)
 		return redisErr("countdown", l.name, l.key, err)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/scripts"
 )
 
@@ -75,7 +77,9 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	// While this Client has waiters queued on the lock, it is held: go
 	// straight to the queue instead of paying for a SET that must fail.
 	if !m.c.waits.has(m.channel) {
-		ok, err := m.c.rdb.SetNX(nc, m.key, token, ttl).Result()
+		set := redis.NewBoolCmd(nc, "set", m.key, token, "px", millis(ttl), "nx")
+		err := m.c.co.Do(nc, set)
+		ok := set.Val()
 		if err != nil {
 			return m.unknownOutcome(nc, token, err)
 		}
@@ -167,7 +171,7 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 // finds that a release handed it to token. Otherwise it queues token when
 // markTTL > 0 and returns how long the holder's lease has left.
 func (m *Mutex) try(ctx context.Context, token string, ttl, markTTL time.Duration) (bool, time.Duration, error) {
-	res, err := scripts.MutexTry.Run(ctx, m.c.rdb, m.keys, token, millis(ttl), millis(markTTL), m.c.id).Slice()
+	res, err := m.c.script(ctx, scripts.MutexTry, m.keys, token, millis(ttl), millis(markTTL), m.c.id).Slice()
 	if err != nil {
 		return false, 0, m.unknownOutcome(ctx, token, err)
 	}
@@ -205,7 +209,7 @@ func (m *Mutex) unknownOutcome(ctx context.Context, token string, err error) err
 // handed it to token meanwhile. Best effort: a queue entry left behind is
 // dropped when its mark runs out.
 func (m *Mutex) cancel(ctx context.Context, token string) {
-	v, err := scripts.MutexCancel.Run(ctx, m.c.rdb, m.keys, token, m.c.id).Result()
+	v, err := m.c.script(ctx, scripts.MutexCancel, m.keys, token, m.c.id).Result()
 	if err != nil {
 		m.c.wakeUnknown(m.channel, err)
 		return
@@ -250,7 +254,7 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 // release gives up token's hold, handing the lock to the first waiter in
 // its queue if there is one. It reports whether token held the lock.
 func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	v, err := scripts.MutexUnlock.Run(ctx, m.c.rdb, m.keys, token, m.c.id).Result()
+	v, err := m.c.script(ctx, scripts.MutexUnlock, m.keys, token, m.c.id).Result()
 	if err != nil {
 		m.c.wakeUnknown(m.channel, err)
 		return false, redisErr("unlock", m.name, m.key, err)

@@ -110,7 +110,7 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 	ttl, renew := r.c.leaseOf(r.lc)
 	nc := detach(ctx) // a try's outcome must be known
 	sent := time.Now()
-	res, err := scripts.ReentrantTry.Run(nc, r.c.rdb, []string{r.key}, owner, millis(ttl)).Slice()
+	res, err := r.c.script(nc, scripts.ReentrantTry, []string{r.key}, owner, millis(ttl)).Slice()
 	var v int64
 	var holder string
 	if err == nil {
@@ -147,7 +147,7 @@ func (r *ReentrantMutex) attempt(ctx context.Context, owner string) (bool, time.
 }
 
 func (r *ReentrantMutex) release(ctx context.Context, owner string) (int64, error) {
-	n, err := scripts.ReentrantUnlock.Run(ctx, r.c.rdb, []string{r.key, r.channel}, owner, r.c.releaseOne()).Int64()
+	n, err := r.c.script(ctx, scripts.ReentrantUnlock, []string{r.key, r.channel}, owner, r.c.releaseOne()).Int64()
 	if err != nil {
 		r.c.wakeUnknown(r.channel, err)
 		return 0, redisErr("unlock", r.name, r.key, err)
@@ -235,7 +235,7 @@ func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (deleted bool, err err
 	if err := r.c.usable(r.lc.err); err != nil {
 		return false, err
 	}
-	n, err := scripts.ForceUnlock.Run(detach(ctx), r.c.rdb, []string{r.key, r.channel},
+	n, err := r.c.script(detach(ctx), scripts.ForceUnlock, []string{r.key, r.channel},
 		r.c.releaseOne(), "hash").Int64()
 	if err != nil {
 		return false, redisErr("forceunlock", r.name, r.key, err)

@@ -112,7 +112,7 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 	ttl, renew := rw.c.leaseOf(rw.lc)
 	nc := detach(ctx)
 	sent := time.Now()
-	v, err := scripts.RWTryRead.Run(nc, rw.c.rdb, rw.keys, owner, millis(ttl)).Int64()
+	v, err := rw.c.script(nc, scripts.RWTryRead, rw.keys, owner, millis(ttl)).Int64()
 	if err != nil {
 		if !isRedisError(err) {
 			rw.c.reconcile(nc, hk,
@@ -203,7 +203,7 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 	ttl, renew := rw.c.leaseOf(rw.lc)
 	nc := detach(ctx)
 	sent := time.Now()
-	v, err := scripts.RWTryWrite.Run(nc, rw.c.rdb, rw.keys, owner, millis(ttl), millis(markTTL)).Int64()
+	v, err := rw.c.script(nc, scripts.RWTryWrite, rw.keys, owner, millis(ttl), millis(markTTL)).Int64()
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "DLOCK_UPGRADE") {
 			return false, 0, fmt.Errorf("dlock: lock %q: %w", rw.name, ErrUpgrade)
@@ -239,7 +239,7 @@ func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.
 // cancelWrite withdraws the owner's waiting mark, waking the readers it kept
 // out. Best effort: a mark left behind expires with its lease.
 func (rw *RWMutex) cancelWrite(ctx context.Context, owner string) {
-	msg, err := scripts.RWCancelWrite.Run(detach(ctx), rw.c.rdb, rw.keysCh, owner, rw.c.id).Text()
+	msg, err := rw.c.script(detach(ctx), scripts.RWCancelWrite, rw.keysCh, owner, rw.c.id).Text()
 	if err != nil {
 		rw.c.wakeUnknown(rw.channel, err)
 		return

@@ -97,7 +97,7 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) permits(ctx context.Context, op string, n int) (bool, error) {
-	res, err := scripts.SemPermits.Run(ctx, s.c.rdb, s.keysCh, op, n, s.c.id).Slice()
+	res, err := s.c.script(ctx, scripts.SemPermits, s.keysCh, op, n, s.c.id).Slice()
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "DLOCK_NEGATIVE") {
 			return false, invalidf("semaphore %q: %s", s.name, strings.TrimPrefix(err.Error(), "DLOCK_NEGATIVE "))
@@ -119,7 +119,7 @@ func (s *Semaphore) Available(ctx context.Context) (int, error) {
 	if err := s.c.usable(s.err); err != nil {
 		return 0, err
 	}
-	n, err := scripts.SemAvailable.Run(ctx, s.c.rdb, s.keysCh, s.c.id).Int()
+	n, err := s.c.script(ctx, scripts.SemAvailable, s.keysCh, s.c.id).Int()
 	if err != nil {
 		return 0, redisErr("available", s.name, s.keys[0], err)
 	}
@@ -204,7 +204,7 @@ func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.
 	ttl, renew := s.c.leaseOf(lockConfig{lease: s.lease})
 	nc := detach(ctx)
 	sent := time.Now()
-	v, err := scripts.SemTry.Run(nc, s.c.rdb, s.keysCh, id, n, millis(ttl), millis(markTTL), s.c.id).Int64()
+	v, err := s.c.script(nc, scripts.SemTry, s.keysCh, id, n, millis(ttl), millis(markTTL), s.c.id).Int64()
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "DLOCK_TOOMANY") {
 			return nil, 0, invalidf("semaphore %q: %s", s.name, strings.TrimPrefix(err.Error(), "DLOCK_TOOMANY "))
@@ -235,7 +235,7 @@ func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.
 // release returns the permits of id and wakes the local waiters they serve.
 // It returns how many permits it returned, -1 when id held none.
 func (s *Semaphore) release(ctx context.Context, id string) (int64, error) {
-	res, err := scripts.SemRelease.Run(ctx, s.c.rdb, s.keysCh, id, s.c.id).Slice()
+	res, err := s.c.script(ctx, scripts.SemRelease, s.keysCh, id, s.c.id).Slice()
 	if err != nil {
 		s.c.wakeUnknown(s.channel, err)
 		return 0, redisErr("release", s.name, s.keys[0], err)
@@ -257,7 +257,7 @@ func (s *Semaphore) giveBack(ctx context.Context, id string) {
 // cancel takes waiter id out of the queue. Best effort: a place left behind
 // is dropped when its waiting mark runs out.
 func (s *Semaphore) cancel(ctx context.Context, id string) {
-	msg, err := scripts.SemCancel.Run(detach(ctx), s.c.rdb, s.keysCh, id, s.c.id).Text()
+	msg, err := s.c.script(detach(ctx), scripts.SemCancel, s.keysCh, id, s.c.id).Text()
 	if err != nil {
 		s.c.wakeUnknown(s.channel, err)
 		return

@@ -1,4 +1,4 @@
--- mutex_cancel: a waiter stops waiting (mutex_common.lua is prepended). It
+-- mutex_cancel: a waiter stops waiting. It
 -- leaves the queue, and if a release handed it the lock meanwhile, the lock
 -- passes on as mutex_unlock would pass it.
 --
@@ -15,6 +15,7 @@ redis.call('ZREM', QE, ARGV[1])
 if redis.call('GET', K) ~= ARGV[1] then
   return 0
 end
+--#include mutex_common.lua
 local now = now_ms()
 purge(Q, QE, now)
 redis.call('DEL', K)

@@ -1,4 +1,5 @@
--- mutex_common: prepended to every mutex_*.lua script; not a script of its own.
+-- mutex_common: included by every mutex_*.lua script where it says
+-- '--#include mutex_common.lua'; not a script of its own.
 --
 -- A Mutex named n keeps three keys, all with the hash tag {n}:
 --   K   p{n}      string  the holder's token (fresh per acquisition)

@@ -1,5 +1,4 @@
--- mutex_try: take a plain (non-reentrant) lock, or join its queue
--- (mutex_common.lua is prepended).
+-- mutex_try: take a plain (non-reentrant) lock, or join its queue.
 --
 -- KEYS[1..4]  K, Q, QE (see mutex_common.lua), and the channel
 -- ARGV[1]     the caller's token (fresh per Lock call)
@@ -21,6 +20,7 @@ if holder == token then
   redis.call('PEXPIRE', K, lease)
   return {1, ''}
 end
+--#include mutex_common.lua
 local s, us = now_parts()
 local now = s * 1000 + math.floor(us / 1000)
 local queued = redis.call('EXISTS', Q) == 1

@@ -1,5 +1,6 @@
--- mutex_unlock: release a plain lock if, and only if, the token holds it
--- (mutex_common.lua is prepended).
+-- mutex_unlock: release a plain lock if, and only if, the token holds it.
+-- The uncontended case runs before mutex_common.lua is included, so that it
+-- does not pay for defining functions it never calls.
 --
 -- KEYS[1..4]  K, Q, QE (see mutex_common.lua), and the channel
 -- ARGV[1]     the holder's token
@@ -16,6 +17,7 @@ if redis.call('EXISTS', Q) == 0 then
   redis.call('DEL', K)
   return 1
 end
+--#include mutex_common.lua
 local now = now_ms()
 purge(Q, QE, now)
 redis.call('DEL', K)

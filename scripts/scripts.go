@@ -9,6 +9,7 @@ package scripts
 
 import (
 	_ "embed"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -62,10 +63,10 @@ var (
 
 // The scripts, ready to Run. See each .lua file for its contract.
 var (
-	// The Mutex scripts share mutex_common.lua, prepended to each.
-	MutexTry    = redis.NewScript(mutexCommon + mutexTry)
-	MutexUnlock = redis.NewScript(mutexCommon + mutexUnlock)
-	MutexCancel = redis.NewScript(mutexCommon + mutexCancel)
+	// The Mutex scripts include mutex_common.lua where they say so.
+	MutexTry    = redis.NewScript(include(mutexTry, "mutex_common.lua", mutexCommon))
+	MutexUnlock = redis.NewScript(include(mutexUnlock, "mutex_common.lua", mutexCommon))
+	MutexCancel = redis.NewScript(include(mutexCancel, "mutex_common.lua", mutexCommon))
 
 	ReentrantTry    = redis.NewScript(reentrantTry)
 	ReentrantUnlock = redis.NewScript(reentrantUnlock)
@@ -89,3 +90,13 @@ var (
 	LatchSet       = redis.NewScript(latchSet)
 	LatchCountDown = redis.NewScript(latchCountDown)
 )
+
+// include replaces the line "--#include <name>" in script with body. A
+// script without that line is a bug, caught when the package loads.
+func include(script, name, body string) string {
+	line := "--#include " + name + "\n"
+	if strings.Count(script, line) != 1 {
+		panic("scripts: " + name + " must be included exactly once")
+	}
+	return strings.Replace(script, line, body, 1)
+}

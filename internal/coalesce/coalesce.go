@@ -1,0 +1,113 @@
+// Package coalesce sends commands that many goroutines issue at the same time
+// to Redis in shared pipelines.
+//
+// A caller finding fewer than the limit of pipelines in flight sends its
+// command at once, together with any commands waiting, so a lone caller pays
+// nothing extra. Otherwise it waits: when a pipeline in flight returns, the
+// first waiting caller leads the next one, taking every command queued by
+// then. Under load, one write and one read carry many commands, for the
+// client and for redis-server alike, which is where the time goes for short
+// commands.
+package coalesce
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Coalescer batches concurrent commands on one go-redis client. It is safe
+// for concurrent use; the zero value is not usable.
+type Coalescer struct {
+	rdb   redis.UniversalClient
+	limit int
+
+	mu       sync.Mutex
+	inflight int     // pipelines being sent
+	queue    []*call // callers waiting for a pipeline, oldest first
+}
+
+type call struct {
+	cmd  redis.Cmder
+	lead chan bool // true: send the queue; false: cmd has its reply
+}
+
+// New returns a Coalescer that keeps at most limit pipelines in flight on
+// rdb (at least 1).
+func New(rdb redis.UniversalClient, limit int) *Coalescer {
+	return &Coalescer{rdb: rdb, limit: max(limit, 1)}
+}
+
+// Do sends cmd, alone or in a pipeline with others, and returns cmd.Err()
+// once its reply (or error) is in. A command sent alone runs with ctx; a
+// pipeline of several runs with a background context, since it serves many
+// callers, so cmd must not rely on ctx to be cancelled.
+func (c *Coalescer) Do(ctx context.Context, cmd redis.Cmder) error {
+	me := &call{cmd: cmd, lead: make(chan bool, 1)}
+	c.mu.Lock()
+	if c.inflight < c.limit {
+		c.inflight++
+	} else {
+		c.queue = append(c.queue, me)
+		c.mu.Unlock()
+		if !<-me.lead {
+			return cmd.Err()
+		}
+		c.mu.Lock() // promoted: the in-flight slot passed to this caller
+	}
+	batch := append([]*call{me}, c.queue...)
+	c.queue = nil
+	c.mu.Unlock()
+
+	c.send(ctx, batch)
+
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.inflight--
+		c.mu.Unlock()
+		return cmd.Err()
+	}
+	next := c.queue[0]
+	c.queue = c.queue[1:]
+	c.mu.Unlock()
+	next.lead <- true
+	return cmd.Err()
+}
+
+// send runs batch, whose first call is the caller's own, and hands every
+// other caller its reply.
+func (c *Coalescer) send(ctx context.Context, batch []*call) {
+	if len(batch) == 1 {
+		_ = c.rdb.Process(ctx, batch[0].cmd)
+		return
+	}
+	// Errors land on each command; Pipelined's is the first of them.
+	_, _ = c.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		for _, cl := range batch {
+			_ = p.Process(ctx, cl.cmd)
+		}
+		return nil
+	})
+	for _, cl := range batch[1:] {
+		cl.lead <- false
+	}
+}
+
+// Run runs script as redis.Script.Run does: EVALSHA through Do, and EVAL of
+// the source, sent on its own, when the server does not have the script
+// cached (after a restart, a failover or SCRIPT FLUSH).
+func (c *Coalescer) Run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	a = append(a, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	cmd := redis.NewCmd(ctx, a...)
+	if err := c.Do(ctx, cmd); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		return script.Eval(ctx, c.rdb, keys, args...)
+	}
+	return cmd
+}

@@ -1,0 +1,185 @@
+package coalesce_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock/internal/coalesce"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// trips counts what a client sends of the tests' own commands (not the
+// connection handshakes go-redis pipelines on each new connection): single
+// commands and pipelines.
+type trips struct {
+	single, pipelines, piped, biggest atomic.Int64
+}
+
+func (t *trips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (t *trips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ours(cmd) {
+			t.single.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (t *trips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !ours(cmds[0]) {
+			return next(ctx, cmds)
+		}
+		t.pipelines.Add(1)
+		t.piped.Add(int64(len(cmds)))
+		for n := int64(len(cmds)); ; {
+			b := t.biggest.Load()
+			if n <= b || t.biggest.CompareAndSwap(b, n) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func ours(cmd redis.Cmder) bool { return cmd.Name() == "incr" || cmd.Name() == "echo" }
+
+func client(t *testing.T, srv *redistest.Server, hooks ...redis.Hook) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 16})
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func TestDo_LoneCall_SentAloneAtOnce(t *testing.T) {
+	srv := redistest.Real(t)
+	tr := &trips{}
+	co := coalesce.New(client(t, srv, tr), 4)
+	ctx := context.Background()
+	for i := range 5 {
+		cmd := redis.NewIntCmd(ctx, "incr", "lone")
+		require.NoError(t, co.Do(ctx, cmd))
+		assert.EqualValues(t, i+1, cmd.Val())
+	}
+	assert.EqualValues(t, 5, tr.single.Load(), "one round trip per call")
+	assert.Zero(t, tr.pipelines.Load(), "nothing to coalesce with")
+}
+
+func TestDo_ConcurrentCalls_EachGetsItsOwnReply(t *testing.T) {
+	srv := redistest.Real(t)
+	tr := &trips{}
+	co := coalesce.New(client(t, srv, tr), 2)
+	ctx := context.Background()
+	const goroutines, each = 64, 100
+	var mu sync.Mutex
+	seen := make(map[int64]bool)
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for range each {
+				// Every reply must reach the caller whose command it
+				// answers: INCR returns distinct values, and ECHO returns
+				// what this goroutine sent.
+				cmd := redis.NewIntCmd(ctx, "incr", "shared")
+				if !assert.NoError(t, co.Do(ctx, cmd)) {
+					return
+				}
+				mine := redis.NewStringCmd(ctx, "echo", g)
+				if !assert.NoError(t, co.Do(ctx, mine)) {
+					return
+				}
+				assert.Equal(t, strconv.Itoa(g), mine.Val(), "a reply went to the wrong caller")
+				mu.Lock()
+				assert.False(t, seen[cmd.Val()], "INCR value %d handed out twice", cmd.Val())
+				seen[cmd.Val()] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	assert.Len(t, seen, goroutines*each)
+	calls := int64(2 * goroutines * each)
+	sent := tr.single.Load() + tr.piped.Load()
+	assert.Equal(t, calls, sent, "every command sent exactly once")
+	roundTrips := tr.single.Load() + tr.pipelines.Load()
+	assert.Less(t, roundTrips, calls/2, "concurrent commands share round trips")
+	t.Logf("%d commands in %d round trips (largest pipeline %d)", calls, roundTrips, tr.biggest.Load())
+}
+
+func TestRun_AfterScriptFlush_FallsBackToEval(t *testing.T) {
+	srv := redistest.Real(t)
+	rdb := client(t, srv)
+	co := coalesce.New(rdb, 4)
+	ctx := context.Background()
+	script := redis.NewScript(`return redis.call('INCRBY', KEYS[1], ARGV[1])`)
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	v, err := co.Run(ctx, script, []string{"k"}, 5).Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, v)
+	v, err = co.Run(ctx, script, []string{"k"}, 2).Int64()
+	require.NoError(t, err)
+	assert.EqualValues(t, 7, v)
+}
+
+func TestDo_ServerGone_EveryCallerGetsAnError(t *testing.T) {
+	srv := redistest.Real(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	co := coalesce.New(rdb, 2)
+	ctx := context.Background()
+	require.NoError(t, co.Do(ctx, redis.NewStatusCmd(ctx, "ping")))
+	srv.Stop()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 32 {
+		wg.Go(func() {
+			if co.Do(ctx, redis.NewStatusCmd(ctx, "ping")) != nil {
+				failed.Add(1)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("callers hung after the server went away")
+	}
+	assert.EqualValues(t, 32, failed.Load())
+}
+
+func TestDo_MixedReplies_ErrorsStayWithTheirCommand(t *testing.T) {
+	srv := redistest.Real(t)
+	rdb := client(t, srv)
+	co := coalesce.New(rdb, 1) // one pipeline in flight: the rest queue up together
+	ctx := context.Background()
+	require.NoError(t, rdb.HSet(ctx, "h", "f", 1).Err())
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				cmd := redis.NewStringCmd(ctx, "get", "h") // WRONGTYPE
+				assert.ErrorContains(t, co.Do(ctx, cmd), "WRONGTYPE")
+			} else {
+				cmd := redis.NewIntCmd(ctx, "hlen", "h")
+				assert.NoError(t, co.Do(ctx, cmd))
+				assert.EqualValues(t, 1, cmd.Val())
+			}
+		})
+	}
+	wg.Wait()
+}
