@@ -100,6 +100,7 @@ type libResult struct {
 	w2Err    errBox
 	w3Rates  []float64
 	w3Waits  []time.Duration
+	w3Holds  []time.Duration
 	w3Viol   int64
 	w3Err    errBox
 	included bool // a lock library (W2, W3) rather than a floor
@@ -108,6 +109,7 @@ type libResult struct {
 type results struct {
 	libs      []*libResult // lock libraries then floors
 	pingRTT   []time.Duration
+	pingIdle  []time.Duration // PING after W2's idle pause
 	rwRate    []float64
 	rwRead    []time.Duration
 	rwWrite   []time.Duration
@@ -210,6 +212,7 @@ func run(cfg config, addr string) (*results, error) {
 	ping := newGoRedis(addr)
 	pingRTTs(ping, 50)
 	res.pingRTT = pingRTTs(ping, max(200, cfg.handoffs))
+	res.pingIdle = pingAfterIdle(ping, max(200, cfg.handoffs))
 	_ = ping.Close()
 
 	// W3: contention on one key.
@@ -233,6 +236,7 @@ func run(cfg config, addr string) (*results, error) {
 				w := w3Round(inst, "w3:"+lr.lib.name, cfg.w3Workers, cfg.w3Hold, cfg.dur, &lr.w3Err)
 				lr.w3Rates = append(lr.w3Rates, w.rate)
 				lr.w3Waits = append(lr.w3Waits, w.waits...)
+				lr.w3Holds = append(lr.w3Holds, w.holds...)
 				lr.w3Viol += w.violations
 				fmt.Printf("  round %d %-18s %7.0f handoffs/s\n", r+1, lr.lib.name, w.rate)
 			}

@@ -150,6 +150,21 @@ func w2Round(holder, waiter instance, key string, k int, eb *errBox) (out, fromC
 	return out, fromCall
 }
 
+// pingAfterIdle times PINGs sent after the idle pause W2's holder takes
+// before Unlock: the physical floor of a call made from idle on this machine.
+func pingAfterIdle(rdb *redis.Client, n int) []time.Duration {
+	ctx := context.Background()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		time.Sleep(3*time.Millisecond + rand.N(2*time.Millisecond))
+		t := time.Now()
+		if rdb.Ping(ctx).Err() == nil {
+			out = append(out, time.Since(t))
+		}
+	}
+	return out
+}
+
 func pingRTTs(rdb *redis.Client, n int) []time.Duration {
 	ctx := context.Background()
 	out := make([]time.Duration, 0, n)
@@ -166,6 +181,7 @@ func pingRTTs(rdb *redis.Client, n int) []time.Duration {
 type w3Result struct {
 	rate       float64
 	waits      []time.Duration
+	holds      []time.Duration // the hold as slept: time.Sleep(hold) overshoots
 	violations int64
 }
 
@@ -173,10 +189,10 @@ func w3Round(inst instance, key string, goroutines int, hold, d time.Duration, e
 	ctx := context.Background()
 	var inside, violations atomic.Int64
 	var mu sync.Mutex
-	var waits []time.Duration
+	var waits, holds []time.Duration
 	n, el := runFor(goroutines, d, func(g int, stop *atomic.Bool) int {
 		h := inst.Handle(key)
-		var my []time.Duration
+		var my, myHolds []time.Duration
 		c := 0
 		for !stop.Load() {
 			t := time.Now()
@@ -193,7 +209,9 @@ func w3Round(inst instance, key string, goroutines int, hold, d time.Duration, e
 			if inside.Add(1) != 1 {
 				violations.Add(1)
 			}
+			t = time.Now()
 			time.Sleep(hold)
+			myHolds = append(myHolds, time.Since(t))
 			inside.Add(-1)
 			if err := h.Unlock(ctx); err != nil {
 				eb.add(err)
@@ -202,10 +220,11 @@ func w3Round(inst instance, key string, goroutines int, hold, d time.Duration, e
 		}
 		mu.Lock()
 		waits = append(waits, my...)
+		holds = append(holds, myHolds...)
 		mu.Unlock()
 		return c
 	})
-	return w3Result{rate: float64(n) / el.Seconds(), waits: waits, violations: violations.Load()}
+	return w3Result{rate: float64(n) / el.Seconds(), waits: waits, holds: holds, violations: violations.Load()}
 }
 
 // W4a: dlock RWMutex, 90% reads / 10% writes, no hold time.

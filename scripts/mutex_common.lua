@@ -38,9 +38,10 @@ local function purge(Q, QE, now)
   end
 end
 
--- Make the first live waiter the holder of the free lock K and tell it so,
--- unless its token shows it waits on Client from, the caller, which wakes it
--- itself. Returns its token, or nil when nobody waits. Call after purge.
+-- Make the first live waiter the holder of K (free, or the caller's to give
+-- away) and tell it so, unless its token shows it waits on Client from, the
+-- caller, which wakes it itself. Returns its token, or nil when nobody waits
+-- (then K is unchanged). Call after purge.
 local function grant_first(K, Q, QE, CH, from, now)
   while true do
     local first = redis.call('ZRANGE', Q, 0, 0)[1]

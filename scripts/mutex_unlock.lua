@@ -20,5 +20,8 @@ end
 --#include mutex_common.lua
 local now = now_ms()
 purge(Q, QE, now)
-redis.call('DEL', K)
-return grant_first(K, Q, QE, CH, ARGV[2], now) or 1
+local next = grant_first(K, Q, QE, CH, ARGV[2], now) -- overwrites K
+if not next then
+  redis.call('DEL', K)
+end
+return next or 1
