@@ -18,7 +18,8 @@
 // The primitives:
 //
 //   - Mutex: a plain lock that replaces sync.Mutex. One handle may be shared
-//     by goroutines; each acquisition has a fresh random token.
+//     by goroutines; each acquisition has a fresh random token. Blocked
+//     callers queue in Redis and are handed the lock in arrival order.
 //   - ReentrantMutex: a lock that counts holds per owner, so nested business
 //     logic that passes its context along (see WithOwner) re-enters.
 //   - RWMutex: many readers or one writer, reentrant per owner, preferring
@@ -30,13 +31,18 @@
 //
 // Every state change is one Lua script (see the scripts directory, where each
 // file states its KEYS, ARGV and return values), run by EVALSHA with an EVAL
-// fallback. An uncontended Lock and Unlock cost one round trip each.
+// fallback. An uncontended Lock and Unlock cost one round trip each, and
+// calls that goroutines of one Client make at the same moment share
+// pipelines.
 //
 // A blocked Lock does not poll. It waits on the Client's single pub/sub
-// connection for the release message, with a timer at the holder's remaining
-// lease as the fallback, in a local FIFO queue so that one release wakes one
-// local waiter. It subscribes before its last try, and a re-subscription after
-// a dropped connection makes every waiter look again, so neither a lost
+// connection, with a timer at the holder's remaining lease as the fallback.
+// A blocked Mutex Lock also joins the lock's queue in Redis; Unlock hands the
+// lock to the first live waiter there and tells it so, and that waiter
+// returns holding the lock without another round trip. For the other
+// primitives a release message says whom to wake, and they try again. A
+// waiter subscribes before its last try, and a re-subscription after a
+// dropped connection makes every waiter look again, so neither a lost
 // message nor a killed connection strands a waiter.
 //
 // A hold taken without WithLease gets the watchdog timeout as its lease
