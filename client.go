@@ -26,7 +26,7 @@ type Client struct {
 	err     error  // set by New for a nil client or a bad option
 	cluster bool   // scripts must then be batched per hash slot
 
-	co    *coalesce.Coalescer // shares round trips between concurrent calls
+	co    *coalesce.Coalescer // shares round trips between concurrent calls; nil on a cluster
 	hub   *pubsub.Hub
 	waits waitRegistry
 	wd    *watchdog
@@ -65,7 +65,12 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	_, c.cluster = rdb.(*redis.ClusterClient)
 	c.oneMsg = c.id + "|1"
-	c.co = coalesce.New(rdb, pipelinesInFlight)
+	if !c.cluster {
+		// Not on a cluster: go-redis retries a whole pipeline when its first
+		// command fails with TRYAGAIN (a resharding slot), which would run
+		// the other commands in it twice.
+		c.co = coalesce.New(rdb, pipelinesInFlight)
+	}
 	c.waits.init()
 	c.hub = pubsub.New(rdb, hubHandler{c}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
 	c.wd = newWatchdog(c)
@@ -178,8 +183,21 @@ func detach(ctx context.Context) context.Context {
 	return context.WithoutCancel(ctx)
 }
 
-// script runs one of dlock's scripts, sharing a pipeline with other calls
-// of this Client in flight at the same moment (see internal/coalesce).
+// script runs one of dlock's scripts. A call whose ctx cannot be cancelled
+// shares a pipeline with other calls of this Client in flight at the same
+// moment (see internal/coalesce); one with a cancellable ctx goes alone, so
+// that its ctx still applies.
 func (c *Client) script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if c.co == nil || ctx.Done() != nil {
+		return s.Run(ctx, c.rdb, keys, args...)
+	}
 	return c.co.Run(ctx, s, keys, args...)
+}
+
+// do sends cmd as script sends a script call, and returns cmd.Err().
+func (c *Client) do(ctx context.Context, cmd redis.Cmder) error {
+	if c.co == nil || ctx.Done() != nil {
+		return c.rdb.Process(ctx, cmd)
+	}
+	return c.co.Do(ctx, cmd)
 }

@@ -19,6 +19,7 @@ type lease struct {
 	spec     string        // what renew.lua checks, e.g. "s<token>"; see renew.lua
 	renew    bool          // renewed by the watchdog (no WithLease)
 	mark     bool          // a waiting mark, not a hold: its end is not logged
+	onLost   func()        // a mark's hook when the watchdog finds it gone
 	ttl      time.Duration // the lease the server applies
 
 	// Guarded by the watchdog's mutex.

@@ -78,7 +78,7 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 	// straight to the queue instead of paying for a SET that must fail.
 	if !m.c.waits.has(m.channel) {
 		set := redis.NewBoolCmd(nc, "set", m.key, token, "px", millis(ttl), "nx")
-		err := m.c.co.Do(nc, set)
+		err := m.c.do(nc, set)
 		ok := set.Val()
 		if err != nil {
 			return m.unknownOutcome(nc, token, err)
@@ -99,6 +99,7 @@ func (m *Mutex) lockSlow(ctx context.Context, token string, ttl time.Duration, r
 	markTTL, _ := m.c.leaseOf(lockConfig{})
 	var mark *lease
 	var sent time.Time
+	requeued := false // queued again after losing a place: see handed
 	try := func() (bool, time.Duration, error) {
 		sent = time.Now()
 		ok, left, err := m.try(nc, token, ttl, markTTL)
@@ -106,10 +107,18 @@ func (m *Mutex) lockSlow(ctx context.Context, token string, ttl time.Duration, r
 			return ok, left, err
 		}
 		// Queued now: have the watchdog keep the place. A mark that a
-		// renewal found gone (its place was purged) is replaced, since this
-		// try queued the waiter again.
+		// renewal found gone (its place was purged, or handed the lock
+		// that has since run out) is replaced, since this try queued the
+		// waiter again.
+		requeued = requeued || mark != nil
 		mark = newLease(ctx, kindMutexName, m.name, m.keys[2], "R"+token, true, markTTL, sent)
 		mark.extra, mark.mark = m.keys[1:2], true
+		// When a renewal finds the place gone, look again at once: the lock
+		// was handed over (then the try takes it), or the place was purged
+		// (then the try queues again).
+		mark.onLost = func() {
+			m.c.waits.wake(m.channel, wakeSpec{ids: []string{token}}, wakeLocal)
+		}
 		if !m.c.wd.add(mark) {
 			return false, 0, closedErr("lock", m.name)
 		}
@@ -118,9 +127,12 @@ func (m *Mutex) lockSlow(ctx context.Context, token string, ttl time.Duration, r
 	// A release handed the lock to token. With the watchdog renewing it, the
 	// hold's lease is what remained of the mark, which the watchdog kept at
 	// least two thirds of a lease ahead: nothing more to ask Redis. A
-	// WithLease hold tries once more, which sets its own lease.
+	// WithLease hold tries once more, which sets its own lease. So does a
+	// waiter that lost its place and queued again: the message may be a
+	// late one for the earlier place, whose hold may have run out and gone
+	// to someone else, and the try finds out.
 	handed := func() bool {
-		if !renew || mark == nil {
+		if !renew || mark == nil || requeued {
 			return false
 		}
 		markDeadline := m.c.wd.deadline(mark)
@@ -197,10 +209,14 @@ func (m *Mutex) try(ctx context.Context, token string, ttl, markTTL time.Duratio
 // unknownOutcome handles an acquisition that failed in transit: Redis may
 // have granted it with no reply arriving. The token is unique to this
 // attempt, so giving back whatever it holds is always safe, and it keeps a
-// failed Lock from leaving a hold or a queue entry behind.
+// failed Lock from leaving a hold or a queue entry behind. Local waiters are
+// woken to look again.
 func (m *Mutex) unknownOutcome(ctx context.Context, token string, err error) error {
 	if !isRedisError(err) {
 		m.cancel(ctx, token)
+		// The lost reply may have named a waiter of this Client that the
+		// script handed the lock to, which nobody else will wake.
+		m.c.wakeUnknown(m.channel, err)
 	}
 	return redisErr("lock", m.name, m.key, err)
 }

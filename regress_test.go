@@ -5,15 +5,19 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/scripts"
@@ -318,4 +322,154 @@ func TestReentrantMutex_SameOwnerTwoWaitingLocks_BothGetIn(t *testing.T) {
 	assert.Equal(t, 2, count)
 	require.NoError(t, r.Unlock(octx))
 	require.NoError(t, r.Unlock(octx))
+}
+
+// dropTryReply lets the next MutexTry run on the server, then reports a
+// transport error instead of its reply, as a connection that breaks at that
+// moment does.
+type dropTryReply struct{ armed atomic.Bool }
+
+func (h *dropTryReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *dropTryReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if a := cmd.Args(); len(a) > 1 && fmt.Sprint(a[1]) == scripts.MutexTry.Hash() && h.armed.CompareAndSwap(true, false) {
+			err = errors.New("read: connection reset by peer (simulated)")
+			cmd.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (h *dropTryReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Review finding: a TryLock whose script handed the free lock to a waiter of
+// the same Client, and whose reply was then lost, woke nobody: that waiter
+// slept until its fallback timer while holding the lock.
+func TestRegress_TryReplyLost_LocalWaiterHandedTheLockIsWoken(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	h := &dropTryReply{}
+	c := e.client(e.rdb(h))
+	require.NoError(t, probe.Set(ctx, key(n), "gone.1", 20*time.Second).Err()) // fallback timer ~20s
+	first := c.Mutex(n)
+	done := lockInBackground(t, ctx, first, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, probe.Del(ctx, key(n)).Err())
+	h.armed.Store(true)
+	ok, err := c.Mutex(n).TryLock(ctx)
+	require.Error(t, err, "the reply was lost")
+	assert.False(t, ok)
+	within(t, done, 3*time.Second, "the waiter the lost reply named acquiring")
+	require.NoError(t, first.Unlock(ctx))
+}
+
+// Review finding: a waiter whose hand-over message never came waited for its
+// fallback timer. The watchdog's renewal of its waiting mark finds the place
+// gone and wakes it.
+func TestRegress_HandoverMessageLost_MarkRenewalWakesTheWaiter(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	holder := e.client(e.rdb()).Mutex(n, dlock.WithLease(5*time.Second)) // fallback timer ~5s
+	require.NoError(t, holder.Lock(ctx))
+	holderToken := probe.Get(ctx, key(n)).Val()
+	wc := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond)) // renews every 200ms
+	waiter := wc.Mutex(n)
+	done := lockInBackground(t, ctx, waiter, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	// Release as the holder would, but name the waiter's Client as the
+	// releaser, so the script publishes nothing: the message is "lost".
+	v, err := scripts.MutexUnlock.Run(ctx, probe, queueKeys(n), holderToken, wc.ID()).Result()
+	require.NoError(t, err)
+	require.IsType(t, "", v, "handed to the waiter")
+	within(t, done, 2*time.Second, "the waiter acquiring without the message")
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+// Review finding: a waiter that lost its place and queued again took a late
+// hand-over message, meant for the earlier place, as a grant, though the
+// lock was someone else's: two holders.
+func TestRegress_LateHandoverForAnEarlierPlace_IsNotTrusted(t *testing.T) {
+	e := sharedEnv(t)
+	probe := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	hc := e.client(e.rdb())
+	holder := hc.Mutex(n)
+	require.NoError(t, holder.Lock(ctx))
+	holderToken := probe.Get(ctx, key(n)).Val()
+	wc := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond))
+	waiter := wc.Mutex(n)
+	got := make(chan error, 1)
+	go func() { got <- waiter.Lock(ctx) }()
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	token := queued(t, probe, n)[0]
+	// The place is purged (as after a whole lease of failed renewals); the
+	// renewal finds it gone and the waiter queues again.
+	ks := queueKeys(n)
+	require.NoError(t, probe.Del(ctx, ks[1], ks[2]).Err())
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, 5*time.Millisecond, "queued again")
+	// Now a hand-over message for that token arrives, late, while the
+	// holder still holds the lock.
+	require.NoError(t, probe.Publish(ctx, ks[3], hc.ID()+"|1|g|"+token).Err())
+	select {
+	case err := <-got:
+		t.Fatalf("Lock returned (%v) while the key holds %q", err, probe.Get(ctx, key(n)).Val())
+	case <-time.After(500 * time.Millisecond):
+	}
+	require.Equal(t, holderToken, probe.Get(ctx, key(n)).Val())
+	require.NoError(t, holder.Unlock(ctx))
+	require.NoError(t, <-got, "handed the lock for real")
+	require.NoError(t, waiter.Unlock(ctx))
+}
+
+// spanSeen records the trace context of every command a go-redis client
+// sends on its own.
+type spanSeen struct {
+	mu  sync.Mutex
+	ids []trace.TraceID
+}
+
+func (s *spanSeen) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (s *spanSeen) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		s.mu.Lock()
+		s.ids = append(s.ids, trace.SpanContextFromContext(ctx).TraceID())
+		s.mu.Unlock()
+		return next(ctx, cmd)
+	}
+}
+
+func (s *spanSeen) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Review finding: a shortcut that skipped dlock's spans while the global
+// tracer provider was unset also hid the caller's trace from go-redis hooks
+// (redisotel, for one), whose spans then became orphans.
+func TestRegress_CallerTraceReachesRedisHooks(t *testing.T) {
+	e := sharedEnv(t)
+	seen := &spanSeen{}
+	c := e.client(e.rdb(seen)) // follows the OpenTelemetry globals
+	tp := sdktrace.NewTracerProvider()
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	ctx, sp := tp.Tracer("app").Start(ctxTimeout(t, 10*time.Second), "request")
+	defer sp.End()
+	m := c.Mutex(name(t))
+	require.NoError(t, m.Lock(ctx))
+	require.NoError(t, m.Unlock(ctx))
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	require.NotEmpty(t, seen.ids)
+	for _, id := range seen.ids {
+		assert.Equal(t, sp.SpanContext().TraceID(), id, "the caller's trace reaches the command")
+	}
 }

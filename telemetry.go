@@ -3,7 +3,6 @@ package dlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -62,11 +61,6 @@ var (
 type telemetry struct {
 	tracer   trace.Tracer
 	nameAttr bool // put the lock name on metrics too (high cardinality)
-	// unset is the OpenTelemetry global tracer provider as it was when the
-	// Client was made, if it was the placeholder that stands in until an
-	// application installs one; nil otherwise. While the global is still
-	// that placeholder, no span could record, and start skips the tracer.
-	unset trace.TracerProvider
 
 	waitDuration metric.Float64Histogram
 	holdDuration metric.Float64Histogram
@@ -81,17 +75,13 @@ type telemetry struct {
 
 func newTelemetry(cfg *config) *telemetry {
 	tp, mp := cfg.tracerProvider, cfg.meterProvider
-	var unset trace.TracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
-		if fmt.Sprintf("%T", tp) == "*global.tracerProvider" {
-			unset = tp
-		}
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), nameAttr: cfg.nameAttr, unset: unset}
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), nameAttr: cfg.nameAttr}
 	m := mp.Meter(instrumentationName)
 	// Instrument creation fails only for invalid names; ours are fixed, and a
 	// failed instrument is a no-op, so the errors are dropped.
@@ -163,18 +153,10 @@ type span struct {
 
 var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 
-// noSpan is a span that records nothing.
-var noSpan = trace.SpanFromContext(context.Background())
-
 // start opens the span of a public call, named spanName (a constant), as a
 // child of the span in ctx. Attributes are built only for a span that
 // records, so that unconfigured OpenTelemetry costs next to nothing.
 func (t *telemetry) start(ctx context.Context, kind, spanName, name string, lease time.Duration) (context.Context, span) {
-	if t.unset != nil && otel.GetTracerProvider() == t.unset {
-		// Nothing records. The caller's span, if another provider made it,
-		// must not receive dlock's events: a non-recording span hides it.
-		return trace.ContextWithSpan(ctx, noSpan), span{t: t, span: noSpan, kind: kind, name: name, start: time.Now()}
-	}
 	ctx, sp := t.tracer.Start(ctx, spanName, clientSpan)
 	if sp.IsRecording() {
 		switch {

@@ -238,13 +238,17 @@ func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) {
 }
 
 // signal marks w woken and delivers why unless a wake-up is already pending;
-// wakeHanded replaces a pending one, since it tells more. Called with
-// waitRegistry.mu held.
+// wakeHanded replaces a pending one other than wakeClosed, since it tells
+// more. Called with waitRegistry.mu held.
 func (w *waiter) signal(why wakeReason) {
 	w.woken = true
 	if why == wakeHanded {
 		select {
-		case <-w.wake:
+		case old := <-w.wake:
+			if old == wakeClosed { // closing wins over everything
+				w.wake <- old
+				return
+			}
 		default:
 		}
 	}

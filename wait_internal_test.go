@@ -129,3 +129,29 @@ func TestSlot_MatchesRedisClusterHashTags(t *testing.T) {
 	assert.Equal(t, slot("dlock:{bar}"), slot("dlock:{bar}:ch"))
 	assert.NotEqual(t, slot("x{}y"), slot("x{}y:ch"), "an empty tag hashes the whole key")
 }
+
+// Review finding: a hand-over arriving just as the Client closes replaced the
+// pending wakeClosed, so Lock could succeed while Close was under way.
+func TestWaitRegistry_HandedNeverReplacesClosed(t *testing.T) {
+	var r waitRegistry
+	r.init()
+	w, err := r.join("ch", waitAs{id: "T1"})
+	require.NoError(t, err)
+	r.close()
+	r.wake("ch", wakeSpec{kind: kindHanded, ids: []string{"T1"}}, wakeRelease)
+	got, ok := pending(w)
+	assert.True(t, ok)
+	assert.Equal(t, wakeClosed, got)
+}
+
+func TestWaitRegistry_HandedReplacesAnOrdinaryWakeUp(t *testing.T) {
+	var r waitRegistry
+	r.init()
+	w, err := r.join("ch", waitAs{id: "T1"})
+	require.NoError(t, err)
+	r.wake("ch", wakeOne, wakeSubscribed)
+	r.wake("ch", wakeSpec{kind: kindHanded, ids: []string{"T1"}}, wakeRelease)
+	got, ok := pending(w)
+	assert.True(t, ok)
+	assert.Equal(t, wakeHanded, got, "the waiter learns it holds the lock, not merely to look again")
+}

@@ -166,7 +166,8 @@ func (w *watchdog) lose(l *lease, cause error) {
 	w.unlock()
 }
 
-// lostReport is a loss to record in telemetry and logs.
+// lostReport is a loss to record in telemetry and logs, or a waiting mark
+// whose onLost hook must run.
 type lostReport struct {
 	l     *lease
 	cause error
@@ -182,7 +183,7 @@ func (w *watchdog) loseLocked(l *lease, cause error) {
 	}
 	delete(w.leases, l)
 	l.ended(leaseLost, cause)
-	if !l.mark {
+	if !l.mark || l.onLost != nil {
 		w.lostQ = append(w.lostQ, lostReport{l, cause})
 	}
 }
@@ -208,6 +209,10 @@ func (w *watchdog) unlock() {
 	w.lostQ = nil
 	w.mu.Unlock()
 	for _, r := range q {
+		if r.l.mark {
+			r.l.onLost()
+			continue
+		}
 		w.c.tel.holdEnded(r.l, resultLost)
 		w.c.tel.holdLost(r.l, r.cause)
 		w.c.cfg.logger.Warn("dlock: hold lost", "name", r.l.name, "key", r.l.key, "holder", holderOf(r.l.spec), "cause", r.cause.Error())

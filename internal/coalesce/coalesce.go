@@ -8,10 +8,19 @@
 // then. Under load, one write and one read carry many commands, for the
 // client and for redis-server alike, which is where the time goes for short
 // commands.
+//
+// go-redis retries a whole pipeline when its first command fails with an
+// error it deems retryable. Only commands whose retryable errors strike
+// every command of a pipeline alike may be given to a Coalescer: LOADING,
+// READONLY (all of dlock's are writes) and MASTERDOWN do, but TRYAGAIN,
+// which Redis Cluster returns for one multi-key command during resharding,
+// does not, so a Coalescer must not be used on a cluster client. Otherwise
+// the others in the pipeline would run twice.
 package coalesce
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 
@@ -62,38 +71,50 @@ func (c *Coalescer) Do(ctx context.Context, cmd redis.Cmder) error {
 	c.mu.Unlock()
 
 	c.send(ctx, batch)
-
-	c.mu.Lock()
-	if len(c.queue) == 0 {
-		c.inflight--
-		c.mu.Unlock()
-		return cmd.Err()
-	}
-	next := c.queue[0]
-	c.queue = c.queue[1:]
-	c.mu.Unlock()
-	next.lead <- true
 	return cmd.Err()
 }
 
-// send runs batch, whose first call is the caller's own, and hands every
-// other caller its reply.
+// send runs batch, whose first call is the caller's own, hands every other
+// caller its reply, and then passes the in-flight slot on to the first
+// caller waiting, or frees it. If sending panics (a hook, say), the others
+// get an error and the slot still moves on before the panic goes up.
 func (c *Coalescer) send(ctx context.Context, batch []*call) {
+	sent := false
+	defer func() {
+		if !sent {
+			for _, cl := range batch[1:] {
+				cl.cmd.SetErr(errPanicked)
+			}
+		}
+		for _, cl := range batch[1:] {
+			cl.lead <- false
+		}
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.inflight--
+			c.mu.Unlock()
+			return
+		}
+		next := c.queue[0]
+		c.queue = c.queue[1:]
+		c.mu.Unlock()
+		next.lead <- true
+	}()
 	if len(batch) == 1 {
 		_ = c.rdb.Process(ctx, batch[0].cmd)
-		return
+	} else {
+		// Errors land on each command; Pipelined's is the first of them.
+		_, _ = c.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+			for _, cl := range batch {
+				_ = p.Process(ctx, cl.cmd)
+			}
+			return nil
+		})
 	}
-	// Errors land on each command; Pipelined's is the first of them.
-	_, _ = c.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-		for _, cl := range batch {
-			_ = p.Process(ctx, cl.cmd)
-		}
-		return nil
-	})
-	for _, cl := range batch[1:] {
-		cl.lead <- false
-	}
+	sent = true
 }
+
+var errPanicked = errors.New("coalesce: the pipeline this command shared panicked while sending")
 
 // Run runs script as redis.Script.Run does: EVALSHA through Do, and EVAL of
 // the source, sent on its own, when the server does not have the script

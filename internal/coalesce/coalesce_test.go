@@ -183,3 +183,39 @@ func TestDo_MixedReplies_ErrorsStayWithTheirCommand(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// panicky panics once, in the middle of sending an ECHO, as a faulty user
+// hook on the go-redis client might.
+type panicky struct{ armed atomic.Bool }
+
+func (p *panicky) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (p *panicky) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "echo" && p.armed.CompareAndSwap(true, false) {
+			panic("hook failed")
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (p *panicky) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func TestDo_PanicWhileSending_FreesTheSlot(t *testing.T) {
+	srv := redistest.Real(t)
+	h := &panicky{}
+	h.armed.Store(true)
+	co := coalesce.New(client(t, srv, h), 1)
+	ctx := context.Background()
+	assert.Panics(t, func() { _ = co.Do(ctx, redis.NewStringCmd(ctx, "echo", "x")) })
+	done := make(chan error, 1)
+	go func() { done <- co.Do(ctx, redis.NewStatusCmd(ctx, "ping")) }()
+	select {
+	case err := <-done:
+		assert.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the only in-flight slot was never given back")
+	}
+}
