@@ -31,6 +31,15 @@ func queued(t *testing.T, rdb *redis.Client, n string) []string {
 	return ids
 }
 
+// queueUp starts m.Lock in the background and returns once the lock's queue
+// in Redis holds want waiters; the channel closes when Lock succeeded.
+func queueUp(t *testing.T, ctx context.Context, probe *redis.Client, n string, m *dlock.Mutex, want int) <-chan struct{} {
+	t.Helper()
+	done := lockInBackground(t, ctx, m, nil)
+	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == want }, 5*time.Second, time.Millisecond)
+	return done
+}
+
 // lockInBackground starts m.Lock and returns a channel closed when it
 // returned without error.
 func lockInBackground(t *testing.T, ctx context.Context, m *dlock.Mutex, onDone func()) <-chan struct{} {
@@ -90,8 +99,7 @@ func TestMutexQueue_HandedLock_WaiterSendsNothing(t *testing.T) {
 	wc := e.client(e.rdb(cnt))
 	waiter := wc.Mutex(n)
 	require.NoError(t, holder.Lock(ctx))
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, waiter, 1)
 	time.Sleep(20 * time.Millisecond) // let the queueing try's reply arrive
 	cnt.reset()
 	require.NoError(t, holder.Unlock(ctx))
@@ -143,8 +151,7 @@ func TestMutexQueue_WithLeaseWaiter_HandedLockGetsItsOwnLease(t *testing.T) {
 	holder := e.client(e.rdb()).Mutex(n)
 	waiter := e.client(e.rdb()).Mutex(n, dlock.WithLease(2*time.Second))
 	require.NoError(t, holder.Lock(ctx))
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, waiter, 1)
 	require.NoError(t, holder.Unlock(ctx))
 	within(t, done, 5*time.Second, "the waiter acquiring")
 	pttl := probe.PTTL(ctx, key(n)).Val()
@@ -174,8 +181,7 @@ func TestMutexQueue_GhostWithExpiredMark_IsSkipped(t *testing.T) {
 	waiter := e.client(e.rdb()).Mutex(n)
 	require.NoError(t, holder.Lock(ctx))
 	addGhost(t, probe, n, "ghost.1", 200*time.Millisecond)
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, waiter, 2)
 	time.Sleep(300 * time.Millisecond) // the ghost's mark runs out
 	require.NoError(t, holder.Unlock(ctx))
 	d := within(t, done, 5*time.Second, "the live waiter acquiring")
@@ -195,8 +201,7 @@ func TestMutexQueue_GhostWithLiveMark_HoldsTheLockOnlyUntilItsMarkEnds(t *testin
 	require.NoError(t, holder.Lock(ctx))
 	const ghostMark = 800 * time.Millisecond
 	addGhost(t, probe, n, "ghost.2", ghostMark)
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, waiter, 2)
 	released := time.Now()
 	require.NoError(t, holder.Unlock(ctx))
 	assert.Equal(t, "ghost.2", probe.Get(ctx, key(n)).Val(), "handed to the first in line")
@@ -218,8 +223,7 @@ func TestMutexQueue_CancelAfterHandoff_PassesTheLockOn(t *testing.T) {
 	waiter := wc.Mutex(n)
 	require.NoError(t, holder.Lock(ctx))
 	addGhost(t, probe, n, "ghost.3", 20*time.Second)
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, waiter, 2)
 	require.NoError(t, holder.Unlock(ctx))
 	require.Equal(t, "ghost.3", probe.Get(ctx, key(n)).Val())
 	// The ghost gives up just after it was handed the lock.
@@ -291,8 +295,7 @@ func TestMutexQueue_HandoffWithinOneClient_PublishesNothing(t *testing.T) {
 	ctx := ctxTimeout(t, 30*time.Second)
 	holder, waiter := c.Mutex(n), c.Mutex(n)
 	require.NoError(t, holder.Lock(ctx))
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, rdb, n)) == 1 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, rdb, n, waiter, 1)
 	before := cmdCalls(t, rdb, "publish")
 	require.NoError(t, holder.Unlock(ctx))
 	within(t, done, time.Second, "the waiter on the same Client acquiring")
@@ -310,8 +313,7 @@ func TestMutexQueue_TryFindingTheLockFree_HandsItToTheFirstLocalWaiter(t *testin
 	// its 20s lease sets the waiter's fallback timer far away.
 	require.NoError(t, probe.Set(ctx, key(n), "gone.1", 20*time.Second).Err())
 	first := c.Mutex(n)
-	done := lockInBackground(t, ctx, first, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, first, 1)
 	require.NoError(t, probe.Del(ctx, key(n)).Err()) // the lease "runs out"
 	// A TryLock through the same Client finds the lock free but someone
 	// queued: the script hands it to that waiter, publishing nothing, and

@@ -358,8 +358,7 @@ func TestRegress_TryReplyLost_LocalWaiterHandedTheLockIsWoken(t *testing.T) {
 	c := e.client(e.rdb(h))
 	require.NoError(t, probe.Set(ctx, key(n), "gone.1", 20*time.Second).Err()) // fallback timer ~20s
 	first := c.Mutex(n)
-	done := lockInBackground(t, ctx, first, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, first, 1)
 	require.NoError(t, probe.Del(ctx, key(n)).Err())
 	h.armed.Store(true)
 	ok, err := c.Mutex(n).TryLock(ctx)
@@ -382,8 +381,7 @@ func TestRegress_HandoverMessageLost_MarkRenewalWakesTheWaiter(t *testing.T) {
 	holderToken := probe.Get(ctx, key(n)).Val()
 	wc := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond)) // renews every 200ms
 	waiter := wc.Mutex(n)
-	done := lockInBackground(t, ctx, waiter, nil)
-	require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 1 }, 5*time.Second, time.Millisecond)
+	done := queueUp(t, ctx, probe, n, waiter, 1)
 	// Release as the holder would, but name the waiter's Client as the
 	// releaser, so the script publishes nothing: the message is "lost".
 	v, err := scripts.MutexUnlock.Run(ctx, probe, queueKeys(n), holderToken, wc.ID()).Result()

@@ -16,10 +16,4 @@ if redis.call('GET', K) ~= ARGV[1] then
   return 0
 end
 --#include mutex_common.lua
-local now = now_ms()
-purge(Q, QE, now)
-local next = grant_first(K, Q, QE, CH, ARGV[2], now) -- overwrites K
-if not next then
-  redis.call('DEL', K)
-end
-return next or 1
+return pass_on(K, Q, QE, CH, ARGV[2])

@@ -60,3 +60,15 @@ local function grant_first(K, Q, QE, CH, from, now)
     end
   end
 end
+
+-- The caller gives K up: hand it to the first live waiter, or else free it.
+-- Returns what mutex_unlock and mutex_cancel return for a lock they held.
+local function pass_on(K, Q, QE, CH, from)
+  local now = now_ms()
+  purge(Q, QE, now)
+  local next = grant_first(K, Q, QE, CH, from, now) -- overwrites K
+  if not next then
+    redis.call('DEL', K)
+  end
+  return next or 1
+end
