@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -236,9 +237,15 @@ func (m *Mutex) cancel(ctx context.Context, token string) {
 // handedTo wakes the waiter a script handed the lock to, if it waits on this
 // Client: scripts publish no message for a waiter of the calling Client.
 // v is the script's reply; only a token (a string) names a waiter.
+//
+// Having woken one, the caller yields its processor, as sync.Mutex does when
+// it hands over in starvation mode: the new holder, not the old one, should
+// run next.
 func (m *Mutex) handedTo(v any) {
 	if next, ok := v.(string); ok {
-		m.c.waits.wake(m.channel, wakeSpec{kind: kindHanded, ids: []string{next}}, wakeLocal)
+		if m.c.waits.wake(m.channel, wakeSpec{kind: kindHanded, ids: []string{next}}, wakeLocal) > 0 {
+			runtime.Gosched()
+		}
 	}
 }
 

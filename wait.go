@@ -178,12 +178,12 @@ func (r *waitRegistry) attempt(w *waiter) {
 	r.mu.Unlock()
 }
 
-// wake wakes the waiters of channel that spec names. Counted wake-ups skip
-// waiters that already have one pending, oldest first; spec.n <= 0 wakes all
-// waiters of the kind.
-func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) {
+// wake wakes the waiters of channel that spec names and returns how many it
+// signalled. Counted wake-ups skip waiters that already have one pending,
+// oldest first; spec.n <= 0 wakes all waiters of the kind.
+func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) int {
 	if r.count.Load() == 0 { // an uncontended release takes no lock
-		return
+		return 0
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -191,16 +191,19 @@ func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) {
 		if spec.kind == kindHanded {
 			why = wakeHanded
 		}
+		woke := 0
 		for _, id := range spec.ids {
 			if w := r.byID[id]; w != nil && w.channel == channel {
 				w.signal(why)
+				woke++
 			}
 		}
-		return
+		return woke
 	}
 	if q := r.queues[channel]; q != nil {
-		r.wakeLocked(q, spec, why)
+		return r.wakeLocked(q, spec, why)
 	}
+	return 0
 }
 
 // wakeOwner wakes the waiters of channel that acquire for owner: once the
@@ -226,7 +229,7 @@ func (c *Client) wakeUnknown(channel string, err error) {
 	}
 }
 
-func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) {
+func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) int {
 	woke := 0
 	for w := q.head; w != nil && (spec.n <= 0 || woke < spec.n); w = w.next {
 		if spec.kind != kindAny && w.kind != spec.kind || w.woken && spec.n > 0 {
@@ -235,6 +238,7 @@ func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) {
 		w.signal(why)
 		woke++
 	}
+	return woke
 }
 
 // signal marks w woken and delivers why unless a wake-up is already pending;
