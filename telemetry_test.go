@@ -252,6 +252,12 @@ func TestTelemetry_ScriptedRun_MetricsExact(t *testing.T) {
 	assert.EqualValues(t, 1, o.sum(t, "dlock.holds", mutex))
 	require.NoError(t, rdb.Del(ctx, key(n)).Err())
 	within(t, b.Lost(), 2*time.Second, "lost signal")
+	// The holder learns of the loss first; the watchdog records it right
+	// after, once it has let go of its lock.
+	require.Eventually(t, func() bool { return o.sum(t, "dlock.lost", mutex) == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool {
+		return o.sum(t, "dlock.watchdog.renewals", attribute.String("dlock.result", "gone")) == 1
+	}, time.Second, time.Millisecond)
 
 	assert.EqualValues(t, 2, o.sum(t, "dlock.acquisitions", mutex, attribute.String("dlock.result", "acquired")))
 	assert.EqualValues(t, 1, o.sum(t, "dlock.acquisitions", mutex, attribute.String("dlock.result", "not_obtained")))
