@@ -54,39 +54,43 @@ func New(rdb redis.UniversalClient, limit int) *Coalescer {
 // pipeline of several runs with a background context, since it serves many
 // callers, so cmd must not rely on ctx to be cancelled.
 func (c *Coalescer) Do(ctx context.Context, cmd redis.Cmder) error {
-	me := &call{cmd: cmd, lead: make(chan bool, 1)}
 	c.mu.Lock()
 	if c.inflight < c.limit {
+		// A slot is free, so nobody waits (a freed slot goes to the first
+		// caller waiting): send at once, alone.
 		c.inflight++
-	} else {
-		c.queue = append(c.queue, me)
 		c.mu.Unlock()
-		if !<-me.lead {
-			return cmd.Err()
-		}
-		c.mu.Lock() // promoted: the in-flight slot passed to this caller
+		c.send(ctx, cmd, nil)
+		return cmd.Err()
 	}
-	batch := append([]*call{me}, c.queue...)
+	me := &call{cmd: cmd, lead: make(chan bool, 1)}
+	c.queue = append(c.queue, me)
+	c.mu.Unlock()
+	if !<-me.lead {
+		return cmd.Err()
+	}
+	// Promoted: the slot passed to this caller, which sends its own command
+	// and everything queued behind it.
+	c.mu.Lock()
+	others := c.queue
 	c.queue = nil
 	c.mu.Unlock()
-
-	c.send(ctx, batch)
+	c.send(ctx, cmd, others)
 	return cmd.Err()
 }
 
-// send runs batch, whose first call is the caller's own, hands every other
-// caller its reply, and then passes the in-flight slot on to the first
-// caller waiting, or frees it. If sending panics (a hook, say), the others
-// get an error and the slot still moves on before the panic goes up.
-func (c *Coalescer) send(ctx context.Context, batch []*call) {
+// send runs own, the caller's command, with the others' commands in one
+// pipeline, hands every other caller its reply, and then passes the
+// in-flight slot on to the first caller waiting, or frees it. If sending
+// panics (a hook, say), the others get an error and the slot still moves on
+// before the panic goes up.
+func (c *Coalescer) send(ctx context.Context, own redis.Cmder, others []*call) {
 	sent := false
 	defer func() {
-		if !sent {
-			for _, cl := range batch[1:] {
+		for _, cl := range others {
+			if !sent {
 				cl.cmd.SetErr(errPanicked)
 			}
-		}
-		for _, cl := range batch[1:] {
 			cl.lead <- false
 		}
 		c.mu.Lock()
@@ -100,12 +104,13 @@ func (c *Coalescer) send(ctx context.Context, batch []*call) {
 		c.mu.Unlock()
 		next.lead <- true
 	}()
-	if len(batch) == 1 {
-		_ = c.rdb.Process(ctx, batch[0].cmd)
+	if len(others) == 0 {
+		_ = c.rdb.Process(ctx, own)
 	} else {
 		// Errors land on each command; Pipelined's is the first of them.
 		_, _ = c.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
-			for _, cl := range batch {
+			_ = p.Process(ctx, own)
+			for _, cl := range others {
 				_ = p.Process(ctx, cl.cmd)
 			}
 			return nil
