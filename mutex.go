@@ -88,15 +88,15 @@ func (m *Mutex) Lock(ctx context.Context) (err error) {
 			return m.acquired(ctx, token, ttl, renew, sent)
 		}
 	}
-	return m.lockSlow(ctx, token, ttl, renew)
+	return m.lockSlow(ctx, nc, token, ttl, renew)
 }
 
 // lockSlow queues the caller in Redis and waits to be handed the lock (see
 // scripts/mutex_common.lua). The queue entry is a waiting mark that the
 // watchdog renews; a waiter that dies stops holding the queue up when its
 // mark runs out.
-func (m *Mutex) lockSlow(ctx context.Context, token string, ttl time.Duration, renew bool) error {
-	nc := detach(ctx)
+// nc is ctx detached from its cancellation, for the tries.
+func (m *Mutex) lockSlow(ctx, nc context.Context, token string, ttl time.Duration, renew bool) error {
 	markTTL, _ := m.c.leaseOf(lockConfig{})
 	var mark *lease
 	var sent time.Time
