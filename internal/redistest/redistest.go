@@ -1,6 +1,8 @@
 // Package redistest starts throwaway Redis servers for tests: real
-// redis-server processes on free loopback ports, with miniredis as the
-// fallback for tests that only need plain Redis semantics.
+// redis-server processes on free loopback ports, with an embedded miniredis
+// as the fallback for tests that only need plain Redis semantics. The
+// fallback's clock follows the wall clock (see internal/embedded), so leases
+// and other TTLs run out as on a real server.
 //
 // When redis-server is not on PATH, Start falls back to miniredis and Real
 // skips the test, unless DLOCK_REQUIRE_REDIS=1 is set, in which case both fail
@@ -22,6 +24,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/embedded"
 )
 
 // RequireEnv is the environment variable that turns a missing redis-server
@@ -39,7 +43,7 @@ type Server struct {
 	dir    string
 	port   int
 	args   []string // extra redis-server arguments
-	mini   *miniredis.Miniredis
+	mini   *embedded.Server
 }
 
 // Available reports whether a redis-server binary is on PATH.
@@ -75,8 +79,8 @@ func Start(tb testing.TB) *Server {
 	if Available() || required() {
 		return Real(tb)
 	}
-	m := miniredis.NewMiniRedis()
-	if err := m.StartAddr("127.0.0.1:0"); err != nil {
+	m, err := embedded.Start("127.0.0.1:0")
+	if err != nil {
 		tb.Fatalf("start miniredis: %v", err)
 	}
 	s := &Server{Addr: m.Addr(), mini: m}
@@ -191,8 +195,14 @@ func ping(addr string) error {
 // IsReal reports whether s is a redis-server process rather than miniredis.
 func (s *Server) IsReal() bool { return s.mini == nil }
 
-// Mini returns the embedded miniredis, or nil for a real server.
-func (s *Server) Mini() *miniredis.Miniredis { return s.mini }
+// Mini returns the embedded miniredis, or nil for a real server. Its clock
+// follows the wall clock; do not call its SetTime.
+func (s *Server) Mini() *miniredis.Miniredis {
+	if s.mini == nil {
+		return nil
+	}
+	return s.mini.Miniredis()
+}
 
 // NewClient returns a go-redis client for s, closed at tb's cleanup.
 func (s *Server) NewClient(tb testing.TB) *redis.Client {
@@ -267,8 +277,8 @@ func Shared(tb testing.TB) *Server {
 			shared.err = fmt.Errorf("redis-server not on PATH and %s=1", RequireEnv)
 			return
 		}
-		m := miniredis.NewMiniRedis()
-		if shared.err = m.StartAddr("127.0.0.1:0"); shared.err == nil {
+		var m *embedded.Server
+		if m, shared.err = embedded.Start("127.0.0.1:0"); shared.err == nil {
 			shared.srv = &Server{Addr: m.Addr(), mini: m}
 		}
 	})
