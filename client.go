@@ -2,15 +2,15 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
 	"reflect"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/coalesce"
-	"github.com/dlock-go/dlock/pubsub"
+	"github.com/dlock-go/dlock/internal/pubsub"
 )
 
 // Client is the entry point: it makes lock handles and owns the machinery
@@ -22,7 +22,6 @@ type Client struct {
 	rdb     redis.UniversalClient
 	cfg     config
 	id      string // random; prefixes every owner ID and tags release messages
-	oneMsg  string // the release message that wakes one waiter
 	err     error  // set by New for a nil client or a bad option
 	cluster bool   // scripts must then be batched per hash slot
 
@@ -33,8 +32,12 @@ type Client struct {
 	tel   *telemetry
 
 	holdsMu sync.Mutex
-	holds   map[string]*lease     // reentrant holds, by holdKey(key, owner)
+	holds   map[string]*hold      // counted holds, by holdKey(key, owner)
 	gates   map[string]*ownerGate // serializes each owner's calls, by holdKey
+
+	waiterSeq atomic.Uint64 // numbers waiters that have no ID of their own
+	renewals  renewals      // how the watchdog's renewals reach Redis
+	warmOnce  sync.Once
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -54,17 +57,19 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			o(&cfg)
 		}
 	}
-	c := &Client{rdb: rdb, cfg: cfg, id: rand.Text(), err: cfg.err, holds: make(map[string]*lease), gates: make(map[string]*ownerGate)}
+	c := &Client{rdb: rdb, cfg: cfg, id: newClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
 	c.tel = newTelemetry(&cfg)
 	if isNil(rdb) {
 		c.err = invalidf("nil redis client")
+	}
+	if c.err == nil {
+		c.err = checkSyncReplicas(rdb, cfg.sync)
 	}
 	if c.err != nil {
 		c.closed.Store(true)
 		return c
 	}
 	_, c.cluster = rdb.(*redis.ClusterClient)
-	c.oneMsg = c.id + "|1"
 	if !c.cluster {
 		// Not on a cluster: go-redis retries a whole pipeline when its first
 		// command fails with TRYAGAIN (a resharding slot), which would run
@@ -73,7 +78,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	}
 	c.waits.init()
 	c.hub = pubsub.New(rdb, hubHandler{c}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
-	c.wd = newWatchdog(c)
+	c.renewals.rdb = rdb
+	c.wd = newWatchdog(cfg.watchdog, c.renewals.send, c.cluster, c.tel, cfg.logger)
 	return c
 }
 
@@ -85,9 +91,13 @@ func isNil(rdb redis.UniversalClient) bool {
 	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
-// ID returns the Client's random ID, which prefixes the owner IDs it writes to
-// Redis. It helps to tell processes apart when inspecting keys.
+// ID returns the Client's ID: its name (see WithClientName), escaped, a '~'
+// and a random part. It starts every holder and waiter ID the Client writes
+// to Redis, which is how inspection (see Status) names a lock's holder.
 func (c *Client) ID() string { return c.id }
+
+// Name returns the Client's name: see WithClientName.
+func (c *Client) Name() string { return c.cfg.name }
 
 // Close stops the watchdog and the pub/sub connection and waits for their
 // goroutines to exit. Blocked calls return ErrClosed, and later calls fail
@@ -106,23 +116,10 @@ func (c *Client) Close() error {
 		c.closed.Store(true)
 		c.waits.close()
 		c.wd.close()
+		c.renewals.close()
 		err = c.hub.Close()
 	})
 	return err
-}
-
-// usable reports the error a call must return before touching Redis: a bad
-// Client or handle, or a closed Client.
-func (c *Client) usable(handleErr error) error {
-	switch {
-	case c.err != nil:
-		return c.err
-	case handleErr != nil:
-		return handleErr
-	case c.closed.Load():
-		return ErrClosed
-	}
-	return nil
 }
 
 // hubHandler turns pub/sub events into wake-ups of local waiters.
@@ -131,63 +128,30 @@ type hubHandler struct{ c *Client }
 // Message wakes waiters after a release elsewhere. A release by this Client
 // already woke its local waiter directly, so its echo is ignored.
 func (h hubHandler) Message(channel, payload string) {
-	from, spec := parseRelease(payload)
-	if from == h.c.id {
-		return
+	m := decodeRelease(payload)
+	if m.from == h.c.id {
+		return // the sender woke its own waiters
 	}
-	h.c.waits.wake(channel, spec, wakeRelease)
+	h.c.waits.wake(channel, m.wake, wakeRelease)
 }
 
 // Subscribed wakes every waiter on channel: any release before the
 // confirmation may have been missed, so each must look again.
 func (h hubHandler) Subscribed(channel string) {
-	h.c.waits.wake(channel, wakeSpec{}, wakeSubscribed)
-}
-
-// ownerGate orders the calls of one owner on one lock through this Client, so
-// that the results of its round trips are recorded in the order the server
-// applied them.
-type ownerGate struct {
-	mu   sync.Mutex
-	refs int // guarded by Client.holdsMu
-}
-
-// gate locks the gate of hk and returns its unlock.
-func (c *Client) gate(hk string) (unlock func()) {
-	c.holdsMu.Lock()
-	g := c.gates[hk]
-	if g == nil {
-		g = &ownerGate{}
-		c.gates[hk] = g
-	}
-	g.refs++
-	c.holdsMu.Unlock()
-	g.mu.Lock()
-	return func() {
-		g.mu.Unlock()
-		c.holdsMu.Lock()
-		if g.refs--; g.refs == 0 {
-			delete(c.gates, hk)
-		}
-		c.holdsMu.Unlock()
-	}
-}
-
-// detach returns ctx without its cancellation, so that a request's outcome
-// is always known; ctx's values (trace spans) remain. A ctx that cannot be
-// cancelled is returned as it is.
-func detach(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
+	h.c.waits.wake(channel, wakeAll, wakeSubscribed)
 }
 
 // script runs one of dlock's scripts. A call whose ctx cannot be cancelled
 // shares a pipeline with other calls of this Client in flight at the same
 // moment (see internal/coalesce); one with a cancellable ctx goes alone, so
-// that its ctx still applies.
+// that its ctx still applies. With WithSyncReplicas, a try's script (its
+// ctx made by acquisition.tryCtx) goes with a WAIT behind it instead.
 func (c *Client) script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if c.cfg.sync.replicas > 0 {
+		if ack, _ := ctx.Value(ackKey{}).(*replicaAck); ack != nil {
+			return c.scriptAcked(ctx, ack, s, keys, args)
+		}
+	}
 	if c.co == nil || ctx.Done() != nil {
 		return s.Run(ctx, c.rdb, keys, args...)
 	}
@@ -200,4 +164,10 @@ func (c *Client) do(ctx context.Context, cmd redis.Cmder) error {
 		return c.rdb.Process(ctx, cmd)
 	}
 	return c.co.Do(ctx, cmd)
+}
+
+// waiterID returns an ID for a waiter that has none of its own, unique in
+// this Client (no token or permit ID can look like it).
+func (c *Client) waiterID() string {
+	return "#" + strconv.FormatUint(c.waiterSeq.Add(1), 10)
 }

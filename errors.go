@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/pubsub"
+	"github.com/dlock-go/dlock/internal/pubsub"
 )
 
 // Sentinel errors. Test for them with errors.Is: dlock wraps them with the
@@ -35,14 +36,69 @@ var (
 	// or take the write lock first and downgrade.
 	ErrUpgrade = errors.New("dlock: read lock cannot be upgraded")
 
+	// ErrNotFound means Client.Status or Client.ForceUnlock found no
+	// primitive by that name.
+	ErrNotFound = errors.New("dlock: not found")
+
+	// ErrNoLeader means Election.Leader found nobody leading.
+	ErrNoLeader = errors.New("dlock: no leader")
+
+	// ErrNotReplicated means an acquisition on a Client made with
+	// WithSyncReplicas was granted, but fewer replicas than it asks for
+	// acknowledged the grant within its timeout (or the WAIT that asks them
+	// failed). The grant was given back before the call returned, so the
+	// caller holds nothing; the error also matches ErrNotObtained. A blocking
+	// call fails with it rather than trying again.
+	ErrNotReplicated = errors.New("dlock: not acknowledged by replicas")
+
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
 	// ErrInvalid means bad input: an empty name, a non-positive lease or
-	// timeout, an empty owner, or a nil Redis client. Nothing was sent to
-	// Redis.
+	// timeout, an empty owner, a nil Redis client, or a name whose key holds
+	// something other than a primitive of the kind asked for. Nothing was
+	// written to Redis.
 	ErrInvalid = errors.New("dlock: invalid argument")
 )
+
+// callError is the error of one call on a named primitive. It reads
+// `dlock: <op> "<name>": <what>: <detail>`, with one "dlock:" prefix however
+// many of dlock's sentinels it matches.
+type callError struct {
+	op, name string
+	detail   string  // optional, after the sentinels' texts
+	errs     []error // what errors.Is and errors.As see
+	shown    []error // what the message shows; errs when nil
+}
+
+func (e *callError) Error() string {
+	var b strings.Builder
+	b.WriteString("dlock: ")
+	b.WriteString(e.op)
+	b.WriteByte(' ')
+	b.WriteString(strconv.Quote(e.name))
+	shown := e.shown
+	if shown == nil {
+		shown = e.errs
+	}
+	for _, err := range shown {
+		b.WriteString(": ")
+		b.WriteString(strings.TrimPrefix(err.Error(), "dlock: "))
+	}
+	if e.detail != "" {
+		b.WriteString(": ")
+		b.WriteString(e.detail)
+	}
+	return b.String()
+}
+
+func (e *callError) Unwrap() []error { return e.errs }
+
+// opErr returns the error of op on the primitive called name: it matches
+// every error in errs, and detail (if any) follows their texts.
+func opErr(op, name, detail string, errs ...error) error {
+	return &callError{op: op, name: name, detail: detail, errs: errs}
+}
 
 func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
@@ -50,17 +106,47 @@ func invalidf(format string, args ...any) error {
 
 // notObtained is the error of a blocking acquisition whose context ended.
 func notObtained(op, name string, ctx context.Context) error {
-	return fmt.Errorf("dlock: %s %q: %w: %w", op, name, ErrNotObtained, ctx.Err())
+	return opErr(op, name, "", ErrNotObtained, ctx.Err())
 }
 
-// redisErr wraps an error from Redis with the operation and lock name. A
-// WRONGTYPE reply gets a plain explanation, since it means the name collides
-// with a key that is not a dlock lock of this kind.
-func redisErr(op, name, key string, err error) error {
-	if strings.HasPrefix(err.Error(), "WRONGTYPE") || strings.Contains(err.Error(), " WRONGTYPE ") {
-		return fmt.Errorf("dlock: %s %q: key %q exists and is not a lock of this kind: %w", op, name, key, err)
+// closedErr is the error of a call that met a closed Client.
+func closedErr(op, name string) error { return opErr(op, name, "", ErrClosed) }
+
+// Codes the scripts raise with redis.error_reply("DLOCK_<CODE> text"), and
+// the server's own WRONGTYPE. classify is the one place that reads them.
+const (
+	codeUpgrade   = "DLOCK_UPGRADE"  // rw_try_write: the owner reads
+	codeTooMany   = "DLOCK_TOOMANY"  // sem_try: more permits than the total
+	codeNegative  = "DLOCK_NEGATIVE" // sem_permits: the total would drop below 0
+	codeKind      = "DLOCK_KIND"     // lib.lua: a key of another kind: "<key> <what it holds>"
+	codeWrongType = "WRONGTYPE"      // a key of another type
+	codeNoScript  = "NOSCRIPT"       // the server's script cache lacks the script
+)
+
+// classify splits an error from Redis into its code (the first word of the
+// reply) and its text, without the "script: <sha>, on @user_script:N"
+// trailer Redis adds to errors raised inside a script. Transport errors have
+// no code.
+func classify(err error) (code, text string) {
+	if err == nil {
+		return "", ""
 	}
-	return fmt.Errorf("dlock: %s %q: %w", op, name, err)
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return "", err.Error()
+	}
+	msg := re.Error()
+	if i := strings.Index(msg, " script: "); i >= 0 {
+		msg = msg[:i]
+	}
+	code, text, _ = strings.Cut(msg, " ")
+	return code, text
+}
+
+// isNoScript reports whether err says the server lacks a script.
+func isNoScript(err error) bool {
+	code, _ := classify(err)
+	return code == codeNoScript
 }
 
 // isRedisError reports whether err is a reply from Redis, as opposed to a
@@ -70,9 +156,26 @@ func isRedisError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// closedErr is the error of a call that met a closed Client.
-func closedErr(op, name string) error {
-	return fmt.Errorf("dlock: %s %q: %w", op, name, ErrClosed)
+// redisErr turns an error from Redis, met by op on the primitive called name
+// of the given kind, whose main key is key, into dlock's error for it.
+func redisErr(op, name, kind, key string, err error) error {
+	code, text := classify(err)
+	switch code {
+	case codeUpgrade:
+		return opErr(op, name, "", ErrUpgrade)
+	case codeTooMany, codeNegative:
+		return opErr(op, name, text, ErrInvalid)
+	case codeKind:
+		bad, found, _ := strings.Cut(text, " ")
+		detail := fmt.Sprintf("key %q holds %s, not a lock of this kind (%s)", bad, found, kind)
+		return &callError{op: op, name: name, detail: detail, errs: []error{ErrInvalid, err}, shown: []error{}}
+	case codeWrongType:
+		detail := fmt.Sprintf("key %q holds another type, not a lock of this kind (%s)", key, kind)
+		return &callError{op: op, name: name, detail: detail, errs: []error{ErrInvalid, err}, shown: []error{}}
+	case "":
+		return opErr(op, name, "", err)
+	}
+	return &callError{op: op, name: name, detail: code + " " + text, errs: []error{err}, shown: []error{}}
 }
 
 // waitErr maps errors of the wait machinery to dlock's sentinels.
@@ -80,5 +183,5 @@ func waitErr(op, name string, err error) error {
 	if errors.Is(err, ErrClosed) || errors.Is(err, pubsub.ErrClosed) {
 		return closedErr(op, name)
 	}
-	return fmt.Errorf("dlock: %s %q: subscribe: %w", op, name, err)
+	return &callError{op: op, name: name, detail: "subscribe: " + err.Error(), errs: []error{err}, shown: []error{}}
 }

@@ -2,7 +2,7 @@ package dlock
 
 import (
 	"context"
-	"strconv"
+	"fmt"
 	"time"
 
 	"github.com/dlock-go/dlock/scripts"
@@ -13,22 +13,19 @@ import (
 // returns once it is zero. At zero the latch is free to be set again.
 //
 // The latch is a Redis hash holding the count and a generation number; it
-// persists with no expiry. Make one with
-// Client.CountDownLatch.
+// persists with no expiry unless WithIdleExpiry says otherwise, and Delete
+// removes it. Make one with Client.CountDownLatch.
 type CountDownLatch struct {
-	c       *Client
-	name    string
-	key     string
-	channel string
-	err     error
+	handle
+	idle time.Duration
 }
 
 // CountDownLatch returns a handle on the latch called name. It sends nothing
-// to Redis. An empty name makes every method return an error wrapping
-// ErrInvalid.
-func (c *Client) CountDownLatch(name string) *CountDownLatch {
-	key := lockKey(c.cfg.prefix, name)
-	return &CountDownLatch{c: c, name: name, key: key, channel: channelOf(key), err: checkName(name)}
+// to Redis. An empty name or an invalid option makes every method return an
+// error wrapping ErrInvalid.
+func (c *Client) CountDownLatch(name string, opts ...LatchOption) *CountDownLatch {
+	lc := buildSemConfig(opts, LatchOption.applyLatch)
+	return &CountDownLatch{handle: c.newHandle(kindLatchName, name, 0, lc.err), idle: lc.idle}
 }
 
 // Name returns the latch's name, without the key prefix.
@@ -37,15 +34,15 @@ func (l *CountDownLatch) Name() string { return l.name }
 // TrySetCount sets the count to n if the latch is at zero, and reports
 // whether it did. n must be at least 1.
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
-	if err := l.c.usable(l.err); err != nil {
+	if err := l.usable(); err != nil {
 		return false, err
 	}
 	if n < 1 {
 		return false, invalidf("latch %q: count %d", l.name, n)
 	}
-	v, err := l.c.script(ctx, scripts.LatchSet, []string{l.key}, n).Int64()
+	v, err := l.c.script(ctx, scripts.LatchSet, []string{l.key}, n, millis(l.idle)).Int64()
 	if err != nil {
-		return false, redisErr("trysetcount", l.name, l.key, err)
+		return false, l.fail("trysetcount", err)
 	}
 	return v == 1, nil
 }
@@ -53,25 +50,25 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 // CountDown takes one off the count. At zero it wakes every Await; at zero
 // already it does nothing.
 func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
-	ctx, sp := l.c.tel.start(ctx, kindLatchName, "dlock.CountDownLatch.CountDown", l.name, -1)
+	ctx, sp, err := l.begin(ctx, "dlock.CountDownLatch.CountDown")
 	defer func() { sp.endOther(err) }()
-	if err := l.c.usable(l.err); err != nil {
+	if err != nil {
 		return err
 	}
 	n, err := l.c.script(ctx, scripts.LatchCountDown, []string{l.key, l.channel}, l.c.id).Int64()
 	if err != nil {
-		l.c.wakeUnknown(l.channel, err)
-		return redisErr("countdown", l.name, l.key, err)
+		l.wakeUnknown(err)
+		return l.fail("countdown", err)
 	}
 	if n == 0 {
-		l.c.waits.wake(l.channel, wakeSpec{}, wakeLocal)
+		l.c.waits.wake(l.channel, wakeAll, wakeLocal)
 	}
 	return nil
 }
 
 // Count returns the current count; 0 when the latch is not set.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
-	if err := l.c.usable(l.err); err != nil {
+	if err := l.usable(); err != nil {
 		return 0, err
 	}
 	n, _, err := l.state(ctx)
@@ -81,16 +78,31 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // state reads the count (0 when not counting) and the generation, which
 // grows by one each time the count reaches zero.
 func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error) {
-	v, err := l.c.rdb.HMGet(ctx, l.key, "count", "gen").Result()
+	v, err := l.c.script(ctx, scripts.LatchState, []string{l.key}).Int64Slice()
+	if err == nil && len(v) != 2 {
+		err = fmt.Errorf("unexpected reply %v", v)
+	}
 	if err != nil {
-		return 0, 0, redisErr("count", l.name, l.key, err)
+		return 0, 0, l.fail("count", err)
 	}
-	parse := func(x any) int64 {
-		s, _ := x.(string)
-		n, _ := strconv.ParseInt(s, 10, 64)
-		return n
+	return v[0], v[1], nil
+}
+
+// Delete deletes the latch, which leaves it at zero: every Await returns.
+// It reports whether there was a latch to delete.
+func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
+	ctx, sp, err := l.begin(ctx, "dlock.CountDownLatch.Delete")
+	defer func() { sp.endOther(err) }()
+	if err != nil {
+		return false, err
 	}
-	return parse(v[0]), parse(v[1]), nil
+	n, err := l.c.script(detach(ctx), scripts.LatchDelete, []string{l.key, l.channel}, l.c.id).Int()
+	if err != nil {
+		l.wakeUnknown(err)
+		return false, l.fail("delete", err)
+	}
+	l.c.waits.wake(l.channel, wakeAll, wakeLocal)
+	return n == 1, nil
 }
 
 // Await blocks until the count is zero, ctx ends, or the Client closes. A
@@ -100,13 +112,10 @@ func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error
 // re-subscription or the watchdog timeout. When ctx ends first it returns an
 // error matching both ErrNotObtained and ctx.Err().
 func (l *CountDownLatch) Await(ctx context.Context) (err error) {
-	ctx, sp := l.c.tel.start(ctx, kindLatchName, "dlock.CountDownLatch.Await", l.name, -1)
+	ctx, sp, err := l.beginAcquire(ctx, "dlock.CountDownLatch.Await", "await")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
-	if err := l.c.usable(l.err); err != nil {
+	if err != nil {
 		return err
-	}
-	if ctx.Err() != nil {
-		return notObtained("await", l.name, ctx)
 	}
 	count, gen0, err := l.state(ctx)
 	if err != nil || count <= 0 {

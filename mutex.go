@@ -5,14 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
-	"runtime"
-	"strings"
+	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/dlock-go/dlock/scripts"
 )
 
 // Mutex is a distributed mutual exclusion lock that behaves like sync.Mutex:
@@ -21,34 +16,38 @@ import (
 // processes do. As with sync.Mutex, the hold belongs to the handle, not to a
 // goroutine: any goroutine may Unlock what another locked.
 //
-// Each acquisition stores a fresh random token in the lock's key, and Unlock
-// deletes the key only if it still holds that token, so a hold that expired
-// can never release someone else's newer hold.
+// Each acquisition stores a fresh random ID in the lock's key, and Unlock
+// releases the lock only if it still holds that ID, so a hold that expired
+// can never release someone else's newer hold. Each acquisition also gets a
+// fencing token (see Token).
 //
 // Make one with Client.Mutex. The zero Mutex is not usable.
 type Mutex struct {
-	c       *Client
-	name    string
-	key     string
-	keys    []string // K, Q, QE and the channel: see scripts/mutex_common.lua
-	channel string
-	lc      lockConfig
+	handle
+	x excl
 
 	mu   sync.Mutex
-	hold *lease // the current hold, nil when not held
+	hold *hold // the current hold, nil when not held
+
+	rl *rlMutex // set for a Mutex over a Redlock's masters (see redlock.go)
+
+	cohort cohortBound // WithCohort (cohort.go)
 }
 
 // Mutex returns a handle on the plain lock called name. It sends nothing to
 // Redis. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
+	return c.newMutex(kindMutexName, name, opts)
+}
+
+// newMutex makes a Mutex whose keys hold the given kind: a plain Mutex, or
+// the lock under an Election.
+func (c *Client) newMutex(kind, name string, opts []LockOption) *Mutex {
 	lc := buildLockConfig(opts)
-	if lc.err == nil {
-		lc.err = checkName(name)
-	}
-	key := lockKey(c.cfg.prefix, name)
-	ch := channelOf(key)
-	return &Mutex{c: c, name: name, key: key, keys: []string{key, key + ":mq", key + ":mqe", ch}, channel: ch, lc: lc}
+	m := &Mutex{handle: c.newHandle(kind, name, lc.lease, lc.err, exclKeys...), cohort: lc.cohort}
+	m.x = newExcl(&m.handle, false)
+	return m
 }
 
 // Name returns the lock's name, without the key prefix.
@@ -62,201 +61,99 @@ func (m *Mutex) Name() string { return m.name }
 // joins the lock's queue in Redis and waits, without polling, for a release
 // to hand it the lock: waiters are served in arrival order, whichever Client
 // they wait on, and a handed-over lock needs no further round trip.
-func (m *Mutex) Lock(ctx context.Context) (err error) {
-	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.Lock", m.name, m.lc.lease)
+func (m *Mutex) Lock(ctx context.Context) error { return m.lock(ctx, "dlock.Mutex.Lock") }
+
+func (m *Mutex) lock(ctx context.Context, spanName string) (err error) {
+	ctx, sp, err := m.beginAcquire(ctx, spanName, "lock")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
-	if err := m.c.usable(m.lc.err); err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return notObtained("lock", m.name, ctx)
-	}
-	token := m.c.newToken()
-	ttl, renew := m.c.leaseOf(m.lc)
-	nc := detach(ctx) // a try's outcome must never be unknown
-	sent := time.Now()
-	// While this Client has waiters queued on the lock, it is held: go
-	// straight to the queue instead of paying for a SET that must fail.
-	if !m.c.waits.has(m.channel) {
-		set := redis.NewBoolCmd(nc, "set", m.key, token, "px", millis(ttl), "nx")
-		err := m.c.do(nc, set)
-		ok := set.Val()
-		if err != nil {
-			return m.unknownOutcome(nc, token, err)
-		}
-		if ok {
-			return m.acquired(ctx, token, ttl, renew, sent)
-		}
-	}
-	return m.lockSlow(ctx, nc, token, ttl, renew)
-}
-
-// lockSlow queues the caller in Redis and waits to be handed the lock (see
-// scripts/mutex_common.lua). The queue entry is a waiting mark that the
-// watchdog renews; a waiter that dies stops holding the queue up when its
-// mark runs out.
-// nc is ctx detached from its cancellation, for the tries.
-func (m *Mutex) lockSlow(ctx, nc context.Context, token string, ttl time.Duration, renew bool) error {
-	markTTL, _ := m.c.leaseOf(lockConfig{})
-	var mark *lease
-	var sent time.Time
-	requeued := false // queued again after losing a place: see handed
-	try := func() (bool, time.Duration, error) {
-		sent = time.Now()
-		ok, left, err := m.try(nc, token, ttl, markTTL)
-		if err != nil || ok || mark != nil && m.c.wd.isHeld(mark) {
-			return ok, left, err
-		}
-		// Queued now: have the watchdog keep the place. A mark that a
-		// renewal found gone (its place was purged, or handed the lock
-		// that has since run out) is replaced, since this try queued the
-		// waiter again.
-		requeued = requeued || mark != nil
-		mark = newLease(ctx, kindMutexName, m.name, m.keys[2], "R"+token, true, markTTL, sent)
-		mark.extra, mark.mark = m.keys[1:2], true
-		// When a renewal finds the place gone, look again at once: the lock
-		// was handed over (then the try takes it), or the place was purged
-		// (then the try queues again).
-		mark.onLost = func() {
-			m.c.waits.wake(m.channel, wakeSpec{ids: []string{token}}, wakeLocal)
-		}
-		if !m.c.wd.add(mark) {
-			return false, 0, closedErr("lock", m.name)
-		}
-		return false, left, nil
-	}
-	// A release handed the lock to token. With the watchdog renewing it, the
-	// hold's lease is what remained of the mark, which the watchdog kept at
-	// least two thirds of a lease ahead: nothing more to ask Redis. A
-	// WithLease hold tries once more, which sets its own lease. So does a
-	// waiter that lost its place and queued again: the message may be a
-	// late one for the earlier place, whose hold may have run out and gone
-	// to someone else, and the try finds out.
-	handed := func() bool {
-		if !renew || mark == nil || requeued {
-			return false
-		}
-		markDeadline := m.c.wd.deadline(mark)
-		if time.Until(markDeadline) < markTTL/3 {
-			return false
-		}
-		sent = markDeadline.Add(-ttl)
-		return true
-	}
-	err := m.c.wait(ctx, "lock", m.name, m.channel, waitAs{id: token, metric: kindMutexName, handed: handed}, 0, try)
-	if mark != nil {
-		m.c.wd.dropped(mark)
-	}
 	if err != nil {
-		m.cancel(nc, token)
 		return err
 	}
-	return m.acquired(ctx, token, ttl, renew, sent)
+	if m.rl != nil {
+		_, err = m.rl.acquire(ctx, "lock", true)
+		return err
+	}
+	_, err = m.acquisition(ctx, "lock", true).run()
+	return err
 }
 
-// TryLock takes the lock if it is free and reports whether it did, in one
-// round trip. A lock held elsewhere is (false, nil); an error means Redis
-// could not be asked, or ctx had ended. As with sync.Mutex, correct uses of
-// TryLock are rare: most callers want Lock with a deadline in ctx.
+// TryLock takes the lock if it is free and nobody is queued for it, and
+// reports whether it did, in one round trip. A lock held elsewhere is
+// (false, nil); an error means Redis could not be asked, or ctx had ended.
+// As with sync.Mutex, correct uses of TryLock are rare: most callers want
+// Lock with a deadline in ctx.
 func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.TryLock", m.name, m.lc.lease)
+	ctx, sp, err := m.beginAcquire(ctx, "dlock.Mutex.TryLock", "trylock")
 	defer func() { sp.endAcquire(err, ok, false) }()
-	if err := m.c.usable(m.lc.err); err != nil {
+	if err != nil {
 		return false, err
 	}
-	if ctx.Err() != nil {
-		return false, notObtained("trylock", m.name, ctx)
+	if m.rl != nil {
+		return m.rl.acquire(ctx, "trylock", false)
 	}
-	token := m.c.newToken()
-	ttl, renew := m.c.leaseOf(m.lc)
-	sent := time.Now()
-	ok, _, err = m.try(detach(ctx), token, ttl, 0)
-	if err != nil || !ok {
-		return false, err
-	}
-	if err := m.acquired(ctx, token, ttl, renew, sent); err != nil {
-		return false, err
-	}
-	return true, nil
+	return m.acquisition(ctx, "trylock", false).run()
 }
 
-// try takes the lock for token if it is free and nobody is queued ahead, or
-// finds that a release handed it to token. Otherwise it queues token when
-// markTTL > 0 and returns how long the holder's lease has left.
-func (m *Mutex) try(ctx context.Context, token string, ttl, markTTL time.Duration) (bool, time.Duration, error) {
-	res, err := m.c.script(ctx, scripts.MutexTry, m.keys, token, millis(ttl), millis(markTTL), m.c.id).Slice()
-	if err != nil {
-		return false, 0, m.unknownOutcome(ctx, token, err)
-	}
-	v, holder, err := pair(res)
-	if err != nil {
-		return false, 0, fmt.Errorf("dlock: lock %q: %w", m.name, err)
-	}
-	if v >= 1 {
-		return true, 0, nil
-	}
-	left := time.Duration(-v) * time.Millisecond
-	from := clientOfToken(holder)
-	if from == m.c.id {
-		// The holder may be a waiter of this Client that the script just
-		// handed the lock to, or one whose hand-over message is on its way:
-		// either way it holds the lock and is told so here.
-		m.handedTo(holder)
-	}
-	blocked(ctx, from, left)
-	return false, left, nil
+// mutexTry is one Lock or TryLock call of a Mutex: the acquirer of its
+// acquisition. Each call holds under a fresh ID.
+type mutexTry struct {
+	m      *Mutex
+	id     string
+	waiter string // id as it queues
 }
 
-// unknownOutcome handles an acquisition that failed in transit: Redis may
-// have granted it with no reply arriving. The token is unique to this
-// attempt, so giving back whatever it holds is always safe, and it keeps a
-// failed Lock from leaving a hold or a queue entry behind. Local waiters are
-// woken to look again.
-func (m *Mutex) unknownOutcome(ctx context.Context, token string, err error) error {
-	if !isRedisError(err) {
-		m.cancel(ctx, token)
-		// The lost reply may have named a waiter of this Client that the
-		// script handed the lock to, which nobody else will wake.
-		m.c.wakeUnknown(m.channel, err)
+func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *acquisition {
+	id := m.c.newToken()
+	t := &mutexTry{m: m, id: id, waiter: waiterOf(id, m.lease)}
+	as := waitAs{id: id}
+	if m.cohortOn() {
+		// The grant reserves the tokens of the local handoffs (cohort.go).
+		t.waiter = "0+" + strconv.Itoa(m.cohort.max) + ":" + id
+		as.cohort, as.place = m, t.waiter
+		as.local, as.localFor = block && m.cohortRunning(), m.cohort.maxTime
 	}
-	return redisErr("lock", m.name, m.key, err)
-}
-
-// cancel takes token out of the queue and passes on the lock if a release
-// handed it to token meanwhile. Best effort: a queue entry left behind is
-// dropped when its mark runs out.
-func (m *Mutex) cancel(ctx context.Context, token string) {
-	v, err := m.c.script(ctx, scripts.MutexCancel, m.keys, token, m.c.id).Result()
-	if err != nil {
-		m.c.wakeUnknown(m.channel, err)
-		return
-	}
-	m.handedTo(v)
-}
-
-// handedTo wakes the waiter a script handed the lock to, if it waits on this
-// Client: scripts publish no message for a waiter of the calling Client.
-// v is the script's reply; only a token (a string) names a waiter.
-//
-// Having woken one, the caller yields its processor, as sync.Mutex does when
-// it hands over in starvation mode: the new holder, not the old one, should
-// run next.
-func (m *Mutex) handedTo(v any) {
-	if next, ok := v.(string); ok {
-		if m.c.waits.wake(m.channel, wakeSpec{kind: kindHanded, ids: []string{next}}, wakeLocal) > 0 {
-			runtime.Gosched()
+	a := m.newAcquisition(ctx, t, op, block, as)
+	if as.local {
+		a.as.queued = func(at time.Time) error {
+			a.sent = at
+			_, _, err := a.refused("", 0, true, false, m.x.keys[2], m.x.keys[1:2], leaseSpec{specMemberWith, t.waiter})
+			return err
 		}
 	}
+	a.as.handed = func(token uint64) (bool, error) {
+		if !a.handedGrant() {
+			return false, nil
+		}
+		ok, _, err := a.granted(func() error { return t.keep(a, token) })
+		return ok, err
+	}
+	return a
 }
 
-// acquired records a hold the server granted, unless ctx ended meanwhile, in
-// which case the hold is given back so that a failed Lock leaves nothing.
-func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, renew bool, sent time.Time) error {
-	if ctx.Err() != nil {
-		_, _ = m.release(detach(ctx), token)
-		return notObtained("lock", m.name, ctx)
+func (t *mutexTry) try(a *acquisition) (bool, time.Duration, error) {
+	m := t.m
+	markTTL := a.sending()
+	r, err := m.x.try(a.tryCtx(), t.waiter, a.ttl, markTTL)
+	if err != nil {
+		return false, 0, t.unknownOutcome(a, err)
 	}
-	l := newLease(ctx, kindMutexName, m.name, m.key, "s"+token, renew, ttl, sent)
+	if r.granted() {
+		return a.granted(func() error { return t.keep(a, r.token) })
+	}
+	return a.refused(clientOf(r.holder), r.left(), markTTL > 0, r.queued, m.x.keys[2], m.x.keys[1:2], leaseSpec{specMemberWith, t.waiter})
+}
+
+// keep records the granted hold as the handle's.
+func (t *mutexTry) keep(a *acquisition, token uint64) error {
+	if err := a.fresh(); err != nil {
+		return err
+	}
+	m := t.m
+	l := a.newHold(m.key, leaseSpec{specHolder, t.id})
+	l.token = token
+	if m.cohortOn() {
+		l.cohort = cohortState{end: token + uint64(m.cohort.max), since: time.Now()}
+	}
 	m.mu.Lock()
 	old := m.hold
 	m.hold = l
@@ -264,26 +161,42 @@ func (m *Mutex) acquired(ctx context.Context, token string, ttl time.Duration, r
 	if old != nil {
 		// The key was free, so an older hold of this handle that nobody
 		// unlocked had already expired or been deleted.
-		m.c.wd.lose(old, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
+		m.c.wd.lose(&old.lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
 	}
-	if !m.c.wd.add(l) {
-		_, _ = m.release(context.Background(), token)
-		return fmt.Errorf("dlock: lock %q: %w", m.name, ErrClosed)
+	if err := a.watch(l); err != nil {
+		m.mu.Lock()
+		if m.hold == l {
+			m.hold = nil
+		}
+		m.mu.Unlock()
+		return err
 	}
-	annotate(ctx, attrHoldCount.Int(1))
+	annotate(a.ctx, attrHoldCount.Int(1), attrToken.Int64(int64(token)))
 	return nil
 }
 
-// release gives up token's hold, handing the lock to the first waiter in
-// its queue if there is one. It reports whether token held the lock.
-func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
-	v, err := m.c.script(ctx, scripts.MutexUnlock, m.keys, token, m.c.id).Result()
-	if err != nil {
-		m.c.wakeUnknown(m.channel, err)
-		return false, redisErr("unlock", m.name, m.key, err)
+func (t *mutexTry) giveBack(a *acquisition) {
+	if _, err := t.m.x.unlock(a.nc, t.id); err != nil {
+		t.m.x.cancel(a.nc, t.waiter)
 	}
-	m.handedTo(v)
-	return v != int64(0), nil
+}
+
+func (t *mutexTry) leave(a *acquisition) { t.m.x.cancel(a.nc, t.waiter) }
+
+// unknownOutcome handles an acquisition that failed in transit: Redis may
+// have granted it, or queued it, with no reply arriving. The ID is unique to
+// this call, so giving back whatever it holds is always safe, and it keeps a
+// failed Lock from leaving a hold or a queue entry behind. Local waiters are
+// woken to look again.
+func (t *mutexTry) unknownOutcome(a *acquisition, err error) error {
+	if !isRedisError(err) {
+		t.m.x.cancel(a.nc, t.waiter)
+		_, _ = t.m.x.unlock(a.nc, t.id)
+		// The lost reply may have named a waiter of this Client that the
+		// script handed the lock to, which nobody else will wake.
+		t.m.wakeUnknown(err)
+	}
+	return t.m.fail(a.op, err)
 }
 
 // Unlock releases the handle's current hold, in one round trip. If callers
@@ -294,10 +207,17 @@ func (m *Mutex) release(ctx context.Context, token string) (bool, error) {
 // the hold was lost before Unlock; in both cases nothing else changes. Unlock
 // sends its request even when ctx has ended, since leaving a lock behind is
 // worse than a late call; ctx still carries values such as trace spans.
-func (m *Mutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp := m.c.tel.start(ctx, kindMutexName, "dlock.Mutex.Unlock", m.name, m.lc.lease)
+//
+// When Unlock fails (Redis could not be reached, or its reply was lost), the
+// hold may still be held on the server. It is no longer renewed, so it ends
+// by its lease at the latest, and Lost fires then; the failure is logged.
+// Calling Unlock again releases it sooner.
+func (m *Mutex) Unlock(ctx context.Context) error { return m.unlock(ctx, "dlock.Mutex.Unlock") }
+
+func (m *Mutex) unlock(ctx context.Context, spanName string) (err error) {
+	ctx, sp, err := m.begin(ctx, spanName)
 	defer func() { sp.endRelease(err) }()
-	if err := m.c.usable(m.lc.err); err != nil {
+	if err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -305,27 +225,125 @@ func (m *Mutex) Unlock(ctx context.Context) (err error) {
 	m.hold = nil
 	m.mu.Unlock()
 	if l == nil {
-		return fmt.Errorf("dlock: unlock %q: %w", m.name, ErrNotHeld)
+		return opErr("unlock", m.name, "", ErrNotHeld)
 	}
-	m.c.wd.beginRelease(l)
-	ok, err := m.release(detach(ctx), l.spec[1:])
+	return m.release(ctx, l)
+}
+
+// release releases l, which Unlock took off the handle: to a goroutine
+// waiting on the handle (WithCohort, within its bound), or in Redis.
+func (m *Mutex) release(ctx context.Context, l *hold) error {
+	if m.rl != nil {
+		return m.rl.unlock(ctx, l)
+	}
+	if m.cohortOn() {
+		if place, ok := m.passLocal(l); ok {
+			if place != "" {
+				// The new holder runs already; take its place out of the
+				// queue in Redis, so that no grant goes to it.
+				m.x.cancel(detach(ctx), place)
+			}
+			return nil
+		}
+	}
+	var local []*waiter
+	var enqueue []string
+	if m.cohortOn() {
+		// The cohort ends: its local waiters queue in Redis, behind those
+		// of other Clients, in their order, in the release's own script
+		// (and so ahead of the caller should it lock again); then they are
+		// woken to take their places (cohort.go).
+		local, enqueue = m.c.waits.endCohort(m.channel, m)
+	}
+	m.beginRelease(l)
+	sent := time.Now()
+	remaining, err := m.x.unlockCohort(detach(ctx), l.spec.id, l.cohort.served, enqueue)
+	if len(local) > 0 {
+		// The script queued them only if l still held the lock.
+		m.c.waits.wakeEnded(local, err == nil && remaining == 0, sent)
+	}
 	if err != nil {
-		m.c.wd.abortRelease(l)
+		err = m.fail("unlock", err)
 		m.mu.Lock()
 		if m.hold == nil {
 			m.hold = l // let the caller retry
 		}
 		m.mu.Unlock()
-		return err
 	}
-	if !ok {
-		m.c.wd.lose(l, fmt.Errorf("%w: hold gone at unlock", ErrLost))
-		return fmt.Errorf("dlock: unlock %q: %w: %w", m.name, ErrLost, ErrNotHeld)
+	return m.settleRelease("unlock", l, remaining, err)
+}
+
+// Extend makes the handle's hold end lease from now (from when Redis runs
+// the request), whether that is sooner or later than before, in one round
+// trip. It works on holds the watchdog renews and on WithLease holds alike;
+// from then on the watchdog no longer renews the hold, which ends by the
+// new lease unless Extend is called again or Unlock comes first. The
+// fencing token stays the same.
+//
+// It returns an error matching ErrNotHeld when the handle holds nothing,
+// and ErrLost when the hold was lost (then nothing changes). When Redis
+// cannot be reached the outcome is unknown, and the hold ends by the
+// earlier of its old and new leases. A lease under 1ms is ErrInvalid.
+func (m *Mutex) Extend(ctx context.Context, lease time.Duration) error {
+	m.mu.Lock()
+	l := m.hold
+	m.mu.Unlock()
+	if m.rl != nil {
+		return m.rl.extend(ctx, "dlock.Mutex.Extend", l, lease)
 	}
-	if cause := m.c.wd.released(l); cause != nil {
-		return fmt.Errorf("dlock: unlock %q: %w", m.name, cause)
+	return m.extend(ctx, "dlock.Mutex.Extend", l, lease)
+}
+
+// Token returns the fencing token of the handle's current hold, or 0 when
+// it holds nothing. Tokens are never 0 and strictly greater than every token
+// issued earlier for the same name, across Clients, lease expiry and Redis
+// restarts; pass it to what the lock protects, so that a guard there (see
+// package fence) can refuse the writes of a holder that lost the lock.
+func (m *Mutex) Token() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hold == nil {
+		return 0
 	}
-	return nil
+	return m.hold.token
+}
+
+// IsLocked reports whether anyone holds the lock, in one round trip.
+func (m *Mutex) IsLocked(ctx context.Context) (bool, error) {
+	if m.rl != nil {
+		return m.rl.isLocked(ctx)
+	}
+	return m.x.isLocked(ctx, "islocked")
+}
+
+// TTL returns how long the current hold's lease has left, whoever holds it,
+// or 0 when the lock is free. Under the watchdog it stays between two and
+// three thirds of the watchdog timeout while held.
+func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
+	if m.rl != nil {
+		return m.rl.ttl(ctx)
+	}
+	return m.x.ttl(ctx, "ttl")
+}
+
+// ForceUnlock releases the lock whoever holds it, and hands it to the first
+// caller queued, if any, as an Unlock would. It reports whether there was a
+// hold to release. This handle's own hold is reported lost at once; a holder
+// elsewhere (another handle, another Client) learns of it at its next
+// renewal, through Lost and its hold contexts. It is for operators and tests: a holder that is
+// still running loses its exclusion.
+func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
+	if m.rl != nil {
+		return m.rl.forceUnlock(ctx, "dlock.Mutex.ForceUnlock")
+	}
+	return m.x.forceUnlock(ctx, "dlock.Mutex.ForceUnlock", func(cause error) {
+		m.mu.Lock()
+		l := m.hold
+		m.mu.Unlock()
+		if l != nil {
+			m.c.wd.lose(&l.lease, cause)
+		}
+	})
 }
 
 // Lost returns a channel that is closed if the current hold is lost: its key
@@ -350,9 +368,9 @@ func (m *Mutex) HoldContext(parent context.Context) (context.Context, context.Ca
 	return m.c.wd.holdContext(parent, l)
 }
 
-// newToken returns a fresh token for a Mutex acquisition: the Client's ID,
-// which tells whoever waits who holds the lock, and 128 random bits, which
-// make the token unique.
+// newToken returns a fresh ID for a Mutex acquisition: the Client's ID and
+// a dot, which tell whoever waits who holds the lock, and 128 random bits,
+// which make the ID unique.
 func (c *Client) newToken() string {
 	var random [16]byte
 	_, _ = rand.Read(random[:]) // never fails (crypto/rand)
@@ -365,16 +383,15 @@ func (c *Client) newToken() string {
 // tokenEncoding spells the random part of a token as rand.Text does.
 var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// clientOfToken returns the ID of the Client that wrote a Mutex token.
-func clientOfToken(token string) string {
-	id, _, _ := strings.Cut(token, ".")
-	return id
-}
-
-// leaseOf returns the lease a hold gets and whether the watchdog renews it.
-func (c *Client) leaseOf(lc lockConfig) (time.Duration, bool) {
-	if lc.lease > 0 {
-		return time.Duration(millis(lc.lease)) * time.Millisecond, false
+// pair decodes a script's {integer, text} reply.
+func pair(res []any) (int64, string, error) {
+	if len(res) != 2 {
+		return 0, "", fmt.Errorf("unexpected reply %v", res)
 	}
-	return time.Duration(millis(c.cfg.watchdog)) * time.Millisecond, true
+	n, ok := res[0].(int64)
+	msg, ok2 := res[1].(string)
+	if !ok || !ok2 {
+		return 0, "", fmt.Errorf("unexpected reply %v", res)
+	}
+	return n, msg, nil
 }

@@ -14,7 +14,8 @@ type ownerKey struct{}
 //
 // Owners are scoped to a Client: the same owner string on two Clients names
 // two different owners. An empty owner makes lock calls fail with ErrInvalid.
-// Without an owner in the context, the handle itself is the owner.
+// Without an owner in the context, calls fail with ErrInvalid, unless the
+// handle was made WithHandleOwner: then the handle itself is the owner.
 func WithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
@@ -33,14 +34,26 @@ func OwnerFrom(ctx context.Context) (owner string, ok bool) {
 }
 
 // ownerID is the owner ID a counted hold is taken under: the Client's ID and
-// the owner in ctx, or self (the handle's own ID) when ctx names none.
+// the owner in ctx, or self (the handle's own ID, for a handle made
+// WithHandleOwner; else "") when ctx names none.
 func ownerID(c *Client, ctx context.Context, self string) (string, error) {
 	o, ok := OwnerFrom(ctx)
 	if !ok {
+		if self == "" {
+			return "", invalidf("no owner in the context (see WithOwner and WithNewOwner), and the handle was not made WithHandleOwner")
+		}
 		return self, nil
 	}
 	if o == "" {
 		return "", invalidf("empty owner in context")
 	}
-	return c.id + ":o:" + o, nil
+	return c.id + ".o." + escapeID(o), nil
+}
+
+// handleOwnerID is the owner ID of a handle made WithHandleOwner, or "".
+func handleOwnerID(c *Client, lc lockConfig) string {
+	if !lc.handleOwner {
+		return ""
+	}
+	return c.id + ".h." + rand.Text()
 }

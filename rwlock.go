@@ -2,9 +2,6 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,29 +11,28 @@ import (
 
 // RWMutex is a distributed reader/writer lock: many readers or one writer,
 // across processes. Both sides are reentrant per owner, with the owner model
-// of ReentrantMutex (WithOwner; else the handle).
+// of ReentrantMutex: the owner in the context (WithOwner), or the handle for
+// a handle made WithHandleOwner; a call with neither fails with ErrInvalid.
 //
-// It prefers writers, like sync.RWMutex: once a writer waits, new readers
-// queue behind it, so a steady stream of readers cannot starve a writer. An
-// owner that already reads may still re-enter its read hold, since making it
-// wait for a writer that waits for it would deadlock. A writer may also take
-// the read lock (downgrade: Lock, RLock, Unlock leaves a read hold). A reader
-// asking for the write lock gets ErrUpgrade at once instead of deadlocking.
+// It is fair to both sides, as sync.RWMutex is: once a writer waits, new
+// readers queue behind it, so a stream of readers cannot starve a writer;
+// when a writer releases, every reader queued gets the lock at once, before
+// the next writer, so a stream of writers cannot starve readers either. The
+// waiters queue in Redis, across Clients, and a release hands the lock
+// straight to those it lets in. An owner that already reads may still
+// re-enter its read hold while a writer waits, since making it wait for a
+// writer that waits for it would deadlock. A writer may also take the read
+// lock (downgrade: Lock, RLock, Unlock leaves a read hold). A reader asking
+// for the write lock gets ErrUpgrade at once instead of deadlocking.
 //
 // Each owner's read hold has its own lease, renewed by the watchdog, so a
-// crashed reader holds writers back only until its lease runs out. A writer's
-// waiting mark is renewed the same way while it waits. A release wakes those
-// who can proceed: one writer, or all readers.
+// crashed reader holds writers back only until its lease runs out. Each
+// write hold has a fencing token (see Token).
 //
 // Make one with Client.RWMutex. The zero RWMutex is not usable.
 type RWMutex struct {
-	c       *Client
-	name    string
-	keys    []string // W, RL, RC, WW: see scripts/rw_common.lua
-	keysCh  []string // keys and the channel
-	channel string
-	lc      lockConfig
-	self    string // owner ID used when ctx names none
+	handle        // keys: W, RL, RC, Q, QE (see scripts/rw_common.lua) and the channel
+	self   string // owner ID used when ctx names none (WithHandleOwner); else ""
 }
 
 // RWMutex returns a handle on the read-write lock called name. It sends
@@ -44,104 +40,81 @@ type RWMutex struct {
 // return an error wrapping ErrInvalid.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	lc := buildLockConfig(opts)
-	if lc.err == nil {
-		lc.err = checkName(name)
-	}
-	w := lockKey(c.cfg.prefix, name)
-	keys := []string{w, w + ":rl", w + ":rc", w + ":ww"}
-	ch := channelOf(w)
-	return &RWMutex{c: c, name: name, keys: keys, keysCh: append(keys[:4:4], ch), channel: ch, lc: lc,
-		self: c.id + ":h:" + rand.Text()}
+	return &RWMutex{handle: c.newHandle(kindRWWriteName, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe"), self: handleOwnerID(c, lc)}
 }
 
 // Name returns the lock's name, without the key prefix.
 func (rw *RWMutex) Name() string { return rw.name }
 
-func (rw *RWMutex) owner(ctx context.Context) (string, error) {
-	if err := rw.c.usable(rw.lc.err); err != nil {
-		return "", err
+// side returns the owner in ctx's read or write side of the lock. Both sides
+// of one owner share its gate.
+func (rw *RWMutex) side(ctx context.Context, write bool) (*counted, error) {
+	if err := rw.usable(); err != nil {
+		return nil, err
 	}
-	return ownerID(rw.c, ctx, rw.self)
+	owner, err := ownerID(rw.c, ctx, rw.self)
+	if err != nil {
+		return nil, err
+	}
+	k := &counted{owner: owner, gate: holdKey(rw.keys[0], owner), markKey: rw.keys[4], markExtra: rw.keys[3:4]}
+	if write {
+		k.h, k.ops, k.leaseKey, k.spec = &rw.handle, rwOps{rw, true}, rw.keys[0], specHolder
+		k.waiter = waiterOf("w"+owner, rw.lease)
+	} else {
+		reader := rw.handle
+		reader.kind = kindRWReadName
+		// A read hold keeps RC and W (the lock's kind) alive with it.
+		k.h, k.ops, k.leaseKey, k.extra, k.spec = &reader, rwOps{rw, false}, rw.keys[1], []string{rw.keys[2], rw.keys[0]}, specMemberWith2
+		k.waiter = waiterOf("r"+owner, rw.lease)
+	}
+	k.markSpec = leaseSpec{specMemberWith, k.waiter}
+	k.hk = holdKey(k.leaseKey, owner)
+	return k, nil
 }
 
-// readKey and writeKey identify the owner's read and write holds in
-// Client.holds; writeKey also names the owner's gate for both.
-func (rw *RWMutex) readKey(owner string) string  { return holdKey(rw.keys[1], owner) }
-func (rw *RWMutex) writeKey(owner string) string { return holdKey(rw.keys[0], owner) }
+// acquire runs one acquiring call on a side of the lock.
+func (rw *RWMutex) acquire(ctx context.Context, write bool, op string, block bool) (bool, error) {
+	k, err := rw.side(ctx, write)
+	if err != nil {
+		return false, err
+	}
+	kind := kindReader
+	if write {
+		kind = kindWriter
+	}
+	return k.h.newAcquisition(ctx, k, op, block, waitAs{kind: kind, owner: k.owner}).run()
+}
+
+// release drops one hold of a side of the lock.
+func (rw *RWMutex) release(ctx context.Context, write bool, op string) error {
+	k, err := rw.side(ctx, write)
+	if err != nil {
+		return err
+	}
+	return k.release(ctx, op)
+}
 
 // RLock blocks until the owner holds a read lock, ctx ends, or the Client
 // closes. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), and changes nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "dlock.RWMutex.RLock", rw.name, rw.lc.lease)
+	ctx, sp, err := rw.reader().beginAcquire(ctx, "dlock.RWMutex.RLock", "rlock")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
-	owner, err := rw.owner(ctx)
-	if err != nil {
-		return err
+	if err == nil {
+		_, err = rw.acquire(ctx, false, "rlock", true)
 	}
-	if ctx.Err() != nil {
-		return notObtained("rlock", rw.name, ctx)
-	}
-	try := func() (bool, time.Duration, error) { return rw.attemptRead(ctx, owner) }
-	ok, left, err := try()
-	if err != nil || ok {
-		return err
-	}
-	return rw.c.wait(ctx, "rlock", rw.name, rw.channel, waitAs{kind: kindReader, owner: owner, metric: kindRWReadName}, left, try)
+	return err
 }
 
 // TryRLock takes or re-enters a read hold if no other owner writes and no
 // writer waits, and reports whether it did, in one round trip.
 func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "dlock.RWMutex.TryRLock", rw.name, rw.lc.lease)
+	ctx, sp, err := rw.reader().beginAcquire(ctx, "dlock.RWMutex.TryRLock", "tryrlock")
 	defer func() { sp.endAcquire(err, ok, false) }()
-	owner, err := rw.owner(ctx)
-	if err != nil {
-		return false, err
+	if err == nil {
+		ok, err = rw.acquire(ctx, false, "tryrlock", false)
 	}
-	if ctx.Err() != nil {
-		return false, notObtained("tryrlock", rw.name, ctx)
-	}
-	ok, _, err = rw.attemptRead(ctx, owner)
-	return ok && err == nil, err
-}
-
-func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Duration, error) {
-	defer rw.c.gate(rw.writeKey(owner))()
-	hk := rw.readKey(owner)
-	ttl, renew := rw.c.leaseOf(rw.lc)
-	nc := detach(ctx)
-	sent := time.Now()
-	v, err := rw.c.script(nc, scripts.RWTryRead, rw.keys, owner, millis(ttl)).Int64()
-	if err != nil {
-		if !isRedisError(err) {
-			rw.c.reconcile(nc, hk,
-				func(ctx context.Context) (int64, error) { return rw.c.rdb.HGet(ctx, rw.keys[2], owner).Int64() },
-				func(ctx context.Context) { _, _ = rw.releaseRead(ctx, owner) })
-		}
-		return false, 0, redisErr("rlock", rw.name, rw.keys[0], err)
-	}
-	if v < 1 {
-		return false, time.Duration(-v) * time.Millisecond, nil
-	}
-	if ctx.Err() != nil {
-		_, _ = rw.releaseRead(nc, owner)
-		return false, 0, notObtained("rlock", rw.name, ctx)
-	}
-	fresh := func() *lease {
-		l := newLease(ctx, kindRWReadName, rw.name, rw.keys[1], "R"+owner, renew, ttl, sent)
-		l.extra = rw.keys[2:3]
-		return l
-	}
-	if !rw.c.trackHold(hk, v, fresh) {
-		_, _ = rw.releaseRead(nc, owner)
-		return false, 0, closedErr("rlock", rw.name)
-	}
-	if v == 1 {
-		rw.c.waits.wakeOwner(rw.channel, owner) // the owner may now re-enter or downgrade
-	}
-	annotate(ctx, attrHoldCount.Int64(v))
-	return true, 0, nil
+	return ok, err
 }
 
 // Lock blocks until the owner holds the write lock, ctx ends, or the Client
@@ -150,33 +123,10 @@ func (rw *RWMutex) attemptRead(ctx context.Context, owner string) (bool, time.Du
 // write lock. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), withdraws its wait, and changes nothing.
 func (rw *RWMutex) Lock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "dlock.RWMutex.Lock", rw.name, rw.lc.lease)
+	ctx, sp, err := rw.beginAcquire(ctx, "dlock.RWMutex.Lock", "lock")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
-	owner, err := rw.owner(ctx)
-	if err != nil {
-		return err
-	}
-	if ctx.Err() != nil {
-		return notObtained("lock", rw.name, ctx)
-	}
-	markTTL := rw.c.cfg.watchdog
-	try := func() (bool, time.Duration, error) { return rw.attemptWrite(ctx, owner, markTTL) }
-	ok, left, err := try()
-	if err != nil || ok {
-		return err
-	}
-	// The script left a waiting mark; the watchdog keeps it alive while this
-	// caller waits, so a crashed writer stops holding readers back.
-	mark := newLease(ctx, kindRWWriteName, rw.name, rw.keys[3], "z"+owner, true, markTTL, time.Now())
-	mark.mark = true
-	if !rw.c.wd.add(mark) {
-		rw.cancelWrite(ctx, owner)
-		return closedErr("lock", rw.name)
-	}
-	err = rw.c.wait(ctx, "lock", rw.name, rw.channel, waitAs{kind: kindWriter, owner: owner, metric: kindRWWriteName}, left, try)
-	rw.c.wd.dropped(mark)
-	if err != nil {
-		rw.cancelWrite(ctx, owner)
+	if err == nil {
+		_, err = rw.acquire(ctx, true, "lock", true)
 	}
 	return err
 }
@@ -184,165 +134,164 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 // TryLock takes or re-enters the write lock if nobody else holds the lock,
 // and reports whether it did, in one round trip. It leaves no waiting mark.
 func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "dlock.RWMutex.TryLock", rw.name, rw.lc.lease)
+	ctx, sp, err := rw.beginAcquire(ctx, "dlock.RWMutex.TryLock", "trylock")
 	defer func() { sp.endAcquire(err, ok, false) }()
-	owner, err := rw.owner(ctx)
-	if err != nil {
-		return false, err
+	if err == nil {
+		ok, err = rw.acquire(ctx, true, "trylock", false)
 	}
-	if ctx.Err() != nil {
-		return false, notObtained("trylock", rw.name, ctx)
-	}
-	ok, _, err = rw.attemptWrite(ctx, owner, 0)
-	return ok && err == nil, err
-}
-
-func (rw *RWMutex) attemptWrite(ctx context.Context, owner string, markTTL time.Duration) (bool, time.Duration, error) {
-	hk := rw.writeKey(owner)
-	defer rw.c.gate(hk)()
-	ttl, renew := rw.c.leaseOf(rw.lc)
-	nc := detach(ctx)
-	sent := time.Now()
-	v, err := rw.c.script(nc, scripts.RWTryWrite, rw.keys, owner, millis(ttl), millis(markTTL)).Int64()
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "DLOCK_UPGRADE") {
-			return false, 0, fmt.Errorf("dlock: lock %q: %w", rw.name, ErrUpgrade)
-		}
-		if !isRedisError(err) {
-			rw.c.reconcile(nc, hk,
-				func(ctx context.Context) (int64, error) { return rw.c.rdb.HGet(ctx, rw.keys[0], owner).Int64() },
-				func(ctx context.Context) { _, _ = rw.releaseWrite(ctx, owner) })
-			if markTTL > 0 {
-				rw.cancelWrite(nc, owner) // the lost reply may have left a waiting mark
-			}
-		}
-		return false, 0, redisErr("lock", rw.name, rw.keys[0], err)
-	}
-	if v < 1 {
-		return false, time.Duration(-v) * time.Millisecond, nil
-	}
-	if ctx.Err() != nil {
-		_, _ = rw.releaseWrite(nc, owner)
-		return false, 0, notObtained("lock", rw.name, ctx)
-	}
-	if !rw.c.trackHold(hk, v, func() *lease { return newLease(ctx, kindRWWriteName, rw.name, rw.keys[0], "h"+owner, renew, ttl, sent) }) {
-		_, _ = rw.releaseWrite(nc, owner)
-		return false, 0, closedErr("lock", rw.name)
-	}
-	if v == 1 {
-		rw.c.waits.wakeOwner(rw.channel, owner) // the owner's other waiters re-enter
-	}
-	annotate(ctx, attrHoldCount.Int64(v))
-	return true, 0, nil
-}
-
-// cancelWrite withdraws the owner's waiting mark, waking the readers it kept
-// out. Best effort: a mark left behind expires with its lease.
-func (rw *RWMutex) cancelWrite(ctx context.Context, owner string) {
-	msg, err := rw.c.script(detach(ctx), scripts.RWCancelWrite, rw.keysCh, owner, rw.c.id).Text()
-	if err != nil {
-		rw.c.wakeUnknown(rw.channel, err)
-		return
-	}
-	rw.wakeLocal(msg)
-}
-
-// wakeLocal applies a release message the scripts published to this
-// Client's own waiters, whose echo the Client ignores.
-func (rw *RWMutex) wakeLocal(msg string) {
-	if msg != "" {
-		_, spec := parseRelease(msg)
-		rw.c.waits.wake(rw.channel, spec, wakeLocal)
-	}
-}
-
-// runRelease runs an rw_unlock script, wakes the local waiters its message
-// names, and returns the owner's remaining holds (-1: none).
-func (rw *RWMutex) runRelease(ctx context.Context, op string, s *redis.Script, owner string) (int64, error) {
-	res, err := s.Run(ctx, rw.c.rdb, rw.keysCh, owner, rw.c.id).Slice()
-	if err != nil {
-		rw.c.wakeUnknown(rw.channel, err)
-		return 0, redisErr(op, rw.name, rw.keys[0], err)
-	}
-	n, msg, err := pair(res)
-	if err != nil {
-		return 0, fmt.Errorf("dlock: %s %q: %w", op, rw.name, err)
-	}
-	rw.wakeLocal(msg)
-	return n, nil
-}
-
-func (rw *RWMutex) releaseRead(ctx context.Context, owner string) (int64, error) {
-	return rw.runRelease(ctx, "runlock", scripts.RWUnlockRead, owner)
-}
-
-func (rw *RWMutex) releaseWrite(ctx context.Context, owner string) (int64, error) {
-	return rw.runRelease(ctx, "unlock", scripts.RWUnlockWrite, owner)
+	return ok, err
 }
 
 // RUnlock drops one of the owner's read holds; the last reader out wakes one
 // waiting writer (or everyone, if none waits). It returns an error matching
 // ErrNotHeld when the owner reads nothing, or ErrLost when its read hold was
-// lost. Like Mutex.Unlock, it runs even when ctx has ended.
+// lost. Like Mutex.Unlock, it runs even when ctx has ended, and when it
+// fails the read hold is no longer renewed: it ends by its lease at the
+// latest.
 func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWReadName, "dlock.RWMutex.RUnlock", rw.name, rw.lc.lease)
+	ctx, sp, err := rw.reader().begin(ctx, "dlock.RWMutex.RUnlock")
 	defer func() { sp.endRelease(err) }()
-	owner, err := rw.owner(ctx)
-	if err != nil {
-		return err
+	if err == nil {
+		err = rw.release(ctx, false, "runlock")
 	}
-	defer rw.c.gate(rw.writeKey(owner))()
-	hk := rw.readKey(owner)
-	l := rw.c.beginUnlock(hk)
-	n, err := rw.releaseRead(detach(ctx), owner)
-	return rw.c.finishUnlock("runlock", rw.name, hk, l, n, err)
+	return err
 }
 
 // Unlock drops one of the owner's write holds; the last one releases the
 // write lock and wakes whoever can proceed: one waiting writer, else all
 // readers. It returns an error matching ErrNotHeld when the owner does not
 // write, or ErrLost when its write hold was lost. Like Mutex.Unlock, it runs
-// even when ctx has ended.
+// even when ctx has ended, and when it fails the write hold is no longer
+// renewed: it ends by its lease at the latest.
 func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp := rw.c.tel.start(ctx, kindRWWriteName, "dlock.RWMutex.Unlock", rw.name, rw.lc.lease)
+	ctx, sp, err := rw.begin(ctx, "dlock.RWMutex.Unlock")
 	defer func() { sp.endRelease(err) }()
-	owner, err := rw.owner(ctx)
-	if err != nil {
-		return err
+	if err == nil {
+		err = rw.release(ctx, true, "unlock")
 	}
-	hk := rw.writeKey(owner)
-	defer rw.c.gate(hk)()
-	l := rw.c.beginUnlock(hk)
-	n, err := rw.releaseWrite(detach(ctx), owner)
-	return rw.c.finishUnlock("unlock", rw.name, hk, l, n, err)
+	return err
+}
+
+// reader is the handle as the read side reports itself in telemetry.
+func (rw *RWMutex) reader() *handle {
+	h := rw.handle
+	h.kind = kindRWReadName
+	return &h
 }
 
 // Lost returns a channel that is closed if the write hold of the owner in
 // ctx is lost, or nil when that owner does not write through this Client.
 func (rw *RWMutex) Lost(ctx context.Context) <-chan struct{} {
-	return rw.c.wd.lostOf(rw.holdLease(ctx, rw.writeKey))
+	return rw.c.wd.lostOf(rw.holdOf(ctx, true))
 }
 
 // RLost is Lost for the owner's read hold.
 func (rw *RWMutex) RLost(ctx context.Context) <-chan struct{} {
-	return rw.c.wd.lostOf(rw.holdLease(ctx, rw.readKey))
+	return rw.c.wd.lostOf(rw.holdOf(ctx, false))
 }
 
 // HoldContext returns a copy of ctx cancelled when the write hold of the
 // owner in ctx ends (see Mutex.HoldContext).
 func (rw *RWMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.c.wd.holdContext(ctx, rw.holdLease(ctx, rw.writeKey))
+	return rw.c.wd.holdContext(ctx, rw.holdOf(ctx, true))
 }
 
 // RHoldContext is HoldContext for the owner's read hold.
 func (rw *RWMutex) RHoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.c.wd.holdContext(ctx, rw.holdLease(ctx, rw.readKey))
+	return rw.c.wd.holdContext(ctx, rw.holdOf(ctx, false))
 }
 
-func (rw *RWMutex) holdLease(ctx context.Context, hk func(string) string) *lease {
-	owner, err := rw.owner(ctx)
+func (rw *RWMutex) holdOf(ctx context.Context, write bool) *hold {
+	k, err := rw.side(ctx, write)
 	if err != nil {
 		return nil
 	}
-	return rw.c.heldLease(hk(owner))
+	return k.lease()
+}
+
+// ForceUnlock releases the lock whoever holds it, the writer and every
+// reader, and lets in whoever is queued, as a writer's Unlock would. It
+// reports whether anyone held it. Holders on this Client learn at once,
+// holders elsewhere at their next renewal (see ReentrantMutex.ForceUnlock).
+func (rw *RWMutex) ForceUnlock(ctx context.Context) (released bool, err error) {
+	return rw.forceUnlock(ctx, "dlock.RWMutex.ForceUnlock", func(ctx context.Context) ([]any, error) {
+		return rw.c.script(ctx, scripts.RWForce, rw.keys, rw.c.id).Slice()
+	}, func(cause error) {
+		rw.c.loseAll(rw.keys[0], cause)
+		rw.c.loseAll(rw.keys[1], cause)
+	})
+}
+
+// Extend makes the write hold of the owner in ctx end lease from now (see
+// Mutex.Extend).
+func (rw *RWMutex) Extend(ctx context.Context, lease time.Duration) error {
+	return rw.extend(ctx, "dlock.RWMutex.Extend", rw.holdOf(ctx, true), lease)
+}
+
+// RExtend is Extend for the owner's read hold.
+func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
+	return rw.reader().extend(ctx, "dlock.RWMutex.RExtend", rw.holdOf(ctx, false), lease)
+}
+
+// Token returns the fencing token of the write hold of the owner in ctx, or
+// 0 when that owner does not write through this Client. A write hold's
+// token stays the same through its re-entries; read holds have none.
+func (rw *RWMutex) Token(ctx context.Context) uint64 {
+	if l := rw.holdOf(ctx, true); l != nil {
+		return l.token
+	}
+	return 0
+}
+
+// rwOps are the scripts of one side of an RWMutex.
+type rwOps struct {
+	rw    *RWMutex
+	write bool
+}
+
+func (o rwOps) tryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (tryReply, error) {
+	rw := o.rw
+	s := scripts.RWTryRead
+	if o.write {
+		s = scripts.RWTryWrite
+	}
+	res, err := rw.c.script(ctx, s, rw.keys, waiter, millis(ttl), millis(markTTL), rw.c.id).Slice()
+	if err != nil {
+		return tryReply{}, err
+	}
+	return decodeTry(res)
+}
+
+func (o rwOps) serverCount(ctx context.Context, owner string) (int64, error) {
+	rw := o.rw
+	if !o.write {
+		return rw.c.rdb.HGet(ctx, rw.keys[2], owner).Int64()
+	}
+	return holderCount(ctx, rw.c, rw.key, owner)
+}
+
+func (o rwOps) releaseScript(ctx context.Context, owner string) (int64, error) {
+	s := scripts.RWUnlockRead
+	if o.write {
+		s = scripts.RWUnlockWrite
+	}
+	return o.rw.run(ctx, s, owner)
+}
+
+// leaveQueue withdraws the waiter, giving up a hand-over it has not claimed
+// and letting in whoever its leaving lets in. Best effort: a place left
+// behind expires with its mark.
+func (o rwOps) leaveQueue(ctx context.Context, _, waiter string) {
+	_, _ = o.rw.run(ctx, scripts.RWCancel, waiter)
+}
+
+// run runs one of the scripts that let waiters in, {n, owners, token, ttl},
+// and wakes the waiters of this Client it handed the lock to. It returns n.
+func (rw *RWMutex) run(ctx context.Context, s *redis.Script, arg string) (int64, error) {
+	res, err := rw.c.script(ctx, s, rw.keys, arg, rw.c.id).Slice()
+	if err != nil {
+		rw.wakeUnknown(err)
+		return 0, err
+	}
+	return rw.settleHandover(res)
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/scripts"
@@ -15,72 +13,65 @@ import (
 // Acquire hands out a Permit for n permits; the watchdog renews it while it
 // is held (or it expires after WithPermitLease), so a crashed holder's
 // permits come back when its lease runs out, measured on the Redis server's
-// clock. A Permit has the same lost signal as a lock.
+// clock. A Permit has the same lost signal as a lock, and a fencing token.
 //
 // Waiters are served in arrival order, across all Clients: a request may
 // take permits only if the free ones also cover every request queued ahead
 // of it. A large request is therefore never starved by a stream of small
 // ones; the price is that a small request waits behind a large one even when
-// it alone would fit, as with golang.org/x/sync/semaphore.
+// it alone would fit, as with golang.org/x/sync/semaphore. A request for
+// more permits than the total waits, like any other, until the total is
+// raised.
 //
-// The total is set once with TrySetPermits (or changed with AddPermits); it
-// persists in Redis with no expiry. Make one with Client.Semaphore.
+// The total is set with TrySetPermits or SetPermits, and changed with
+// AddPermits. It persists in Redis with no expiry, unless WithIdleExpiry
+// says otherwise. Make one with Client.Semaphore.
 type Semaphore struct {
-	c       *Client
-	name    string
-	keys    []string // M, H, C, Q, QE: see scripts/sem_common.lua
-	keysCh  []string // keys and the channel
-	channel string
-	lease   time.Duration // 0: watchdog
-	err     error
-}
-
-// SemaphoreOption configures a Semaphore handle.
-type SemaphoreOption func(*Semaphore)
-
-// WithPermitLease gives every Permit taken through the handle a fixed lease
-// of d, never renewed. d must be positive. Without it the watchdog renews
-// permits until they are released.
-func WithPermitLease(d time.Duration) SemaphoreOption {
-	return func(s *Semaphore) {
-		if d <= 0 {
-			s.err = invalidf("permit lease %v is not positive", d)
-			return
-		}
-		s.lease = d
-	}
+	handle // keys: M, H, C, Q, QE (see scripts/sem_common.lua) and the channel
+	idle   time.Duration
 }
 
 // Semaphore returns a handle on the semaphore called name. It sends nothing
 // to Redis. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
-	m := lockKey(c.cfg.prefix, name)
-	keys := []string{m, m + ":h", m + ":c", m + ":q", m + ":qe"}
-	ch := channelOf(m)
-	s := &Semaphore{c: c, name: name, keys: keys, keysCh: append(keys[:5:5], ch), channel: ch, err: checkName(name)}
-	for _, o := range opts {
-		if o != nil && s.err == nil {
-			o(s)
-		}
-	}
-	return s
+	sc := buildSemConfig(opts, SemaphoreOption.applySemaphore)
+	return &Semaphore{handle: c.newHandle(kindSemaphoreName, name, sc.lease, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
 }
 
 // Name returns the semaphore's name, without the key prefix.
 func (s *Semaphore) Name() string { return s.name }
 
 // TrySetPermits sets the total number of permits to n if it was never set,
-// and reports whether it did. n must be at least 1.
+// and reports whether it did. n must be at least 1. A total set with an
+// idle expiry (WithIdleExpiry) goes with the semaphore's other keys when
+// nobody has used it for that long.
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
-	if err := s.c.usable(s.err); err != nil {
+	if err := s.checkTotal(n); err != nil {
 		return false, err
 	}
-	if n < 1 {
-		return false, invalidf("semaphore %q: %d permits", s.name, n)
+	return s.permits(ctx, "set", n)
+}
+
+// SetPermits sets the total number of permits to n, whatever it was. As with
+// AddPermits, permits in use are not revoked, and waiters the new total can
+// serve are woken.
+func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
+	if err := s.checkTotal(n); err != nil {
+		return err
 	}
-	changed, err := s.permits(ctx, "set", n)
-	return changed, err
+	_, err := s.permits(ctx, "force", n)
+	return err
+}
+
+func (s *Semaphore) checkTotal(n int) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	if n < 1 {
+		return invalidf("semaphore %q: %d permits", s.name, n)
+	}
+	return nil
 }
 
 // AddPermits adds n permits to the total; a negative n removes them. It
@@ -89,7 +80,7 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // Available negative until enough are released. Waiters the new permits can
 // serve are woken.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
-	if err := s.c.usable(s.err); err != nil {
+	if err := s.usable(); err != nil {
 		return err
 	}
 	_, err := s.permits(ctx, "add", n)
@@ -97,16 +88,13 @@ func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) permits(ctx context.Context, op string, n int) (bool, error) {
-	res, err := s.c.script(ctx, scripts.SemPermits, s.keysCh, op, n, s.c.id).Slice()
+	res, err := s.c.script(ctx, scripts.SemPermits, s.keys, op, n, s.c.id, millis(s.idle)).Slice()
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "DLOCK_NEGATIVE") {
-			return false, invalidf("semaphore %q: %s", s.name, strings.TrimPrefix(err.Error(), "DLOCK_NEGATIVE "))
-		}
-		return false, redisErr("permits", s.name, s.keys[0], err)
+		return false, s.fail("permits", err)
 	}
 	changed, msg, err := pair(res)
 	if err != nil {
-		return false, fmt.Errorf("dlock: permits %q: %w", s.name, err)
+		return false, opErr("permits", s.name, "", err)
 	}
 	s.wakeLocal(msg)
 	return changed == 1, nil
@@ -116,233 +104,196 @@ func (s *Semaphore) permits(ctx context.Context, op string, n int) (bool, error)
 // held by live leases. Expired leases count as free. It is negative after
 // AddPermits lowered the total below the permits in use.
 func (s *Semaphore) Available(ctx context.Context) (int, error) {
-	if err := s.c.usable(s.err); err != nil {
-		return 0, err
+	avail, _, err := s.counts(ctx)
+	return avail, err
+}
+
+// Total returns the total number of permits, 0 when it was never set.
+func (s *Semaphore) Total(ctx context.Context) (int, error) {
+	_, total, err := s.counts(ctx)
+	return max(total, 0), err
+}
+
+func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
+	if err := s.usable(); err != nil {
+		return 0, 0, err
 	}
-	n, err := s.c.script(ctx, scripts.SemAvailable, s.keysCh, s.c.id).Int()
+	res, err := s.c.script(ctx, scripts.SemAvailable, s.keys, s.c.id).Slice()
 	if err != nil {
-		return 0, redisErr("available", s.name, s.keys[0], err)
+		return 0, 0, s.fail("available", err)
 	}
-	return n, nil
+	if len(res) < 2 {
+		return 0, 0, opErr("available", s.name, fmt.Sprintf("unexpected reply %v", res))
+	}
+	a, _ := res[0].(int64)
+	t, _ := res[1].(int64)
+	return int(a), int(t), nil
 }
 
 // Acquire blocks until it holds n permits, ctx ends, or the Client closes,
 // and returns them as a Permit to Release. Requests are served in arrival
-// order (see Semaphore). n must be between 1 and the total. When ctx ends
-// first it returns an error matching both ErrNotObtained and ctx.Err(),
-// leaves the queue, and takes nothing.
+// order (see Semaphore); a request for more than the total waits until the
+// total is raised. Acquire(ctx, 0) returns a Permit of no permits at once,
+// without asking Redis. When ctx ends first it returns an error matching
+// both ErrNotObtained and ctx.Err(), leaves the queue, and takes nothing.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
-	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Semaphore.Acquire", s.name, s.lease)
+	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Acquire", "acquire")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
-	if err := s.check(n); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, notObtained("acquire", s.name, ctx)
-	}
-	id := rand.Text()
-	markTTL := s.c.cfg.watchdog
-	try := func() (bool, time.Duration, error) {
-		var left time.Duration
-		var err error
-		p, left, err = s.attempt(ctx, id, n, markTTL)
-		return p != nil, left, err
-	}
-	ok, left, err := try()
-	if err != nil || ok {
-		return p, err
-	}
-	// The request is queued; the watchdog keeps its place while it waits, and
-	// a crashed waiter's place is given up when its mark runs out.
-	mark := newLease(ctx, kindSemaphoreName, s.name, s.keys[4], "z"+id, true, markTTL, time.Now())
-	mark.mark = true
-	if !s.c.wd.add(mark) {
-		s.cancel(ctx, id)
-		return nil, closedErr("acquire", s.name)
-	}
-	err = s.c.wait(ctx, "acquire", s.name, s.channel, waitAs{id: id, metric: kindSemaphoreName}, left, try)
-	s.c.wd.dropped(mark)
-	if err != nil {
-		s.cancel(ctx, id)
-		return nil, err
-	}
-	return p, nil
-}
-
-// TryAcquire takes n permits if they are free and nobody is queued ahead,
-// in one round trip. When they are not, it returns an error matching
-// ErrNotObtained.
-func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
-	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Semaphore.TryAcquire", s.name, s.lease)
-	defer func() { sp.endAcquire(err, p != nil, false) }()
-	if err := s.check(n); err != nil {
-		return nil, err
-	}
-	if ctx.Err() != nil {
-		return nil, notObtained("tryacquire", s.name, ctx)
-	}
-	p, _, err = s.attempt(ctx, rand.Text(), n, 0)
-	if err == nil && p == nil {
-		err = fmt.Errorf("dlock: tryacquire %q: %d permits: %w", s.name, n, ErrNotObtained)
+	if err == nil {
+		p, err = s.acquire(ctx, n, "acquire", true)
 	}
 	return p, err
 }
 
-func (s *Semaphore) check(n int) error {
-	if err := s.c.usable(s.err); err != nil {
-		return err
+// TryAcquire takes n permits if they are free and nobody is queued ahead,
+// in one round trip. When they are not (or n exceeds the total), it returns
+// an error matching ErrNotObtained. TryAcquire(ctx, 0) succeeds at once.
+func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
+	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.TryAcquire", "tryacquire")
+	defer func() { sp.endAcquire(err, p != nil, false) }()
+	if err == nil {
+		p, err = s.acquire(ctx, n, "tryacquire", false)
 	}
-	if n < 1 {
-		return invalidf("semaphore %q: acquire %d permits", s.name, n)
+	if err == nil && p == nil {
+		err = opErr("tryacquire", s.name, fmt.Sprintf("%d permits", n), ErrNotObtained)
 	}
-	return nil
+	return p, err
 }
 
-// attempt makes one try for n permits under id, queueing when markTTL > 0.
-// It returns the Permit on success, else how long until a lease may run out.
-func (s *Semaphore) attempt(ctx context.Context, id string, n int, markTTL time.Duration) (*Permit, time.Duration, error) {
-	ttl, renew := s.c.leaseOf(lockConfig{lease: s.lease})
-	nc := detach(ctx)
-	sent := time.Now()
-	v, err := s.c.script(nc, scripts.SemTry, s.keysCh, id, n, millis(ttl), millis(markTTL), s.c.id).Int64()
+func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (*Permit, error) {
+	switch {
+	case n < 0:
+		return nil, invalidf("semaphore %q: acquire %d permits", s.name, n)
+	case n == 0:
+		return &Permit{s: s, done: true}, nil
+	}
+	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text(), n: n}
+	if _, err := s.newAcquisition(ctx, t, op, block, waitAs{id: t.id}).run(); err != nil {
+		return nil, err
+	}
+	return t.p, nil
+}
+
+// Drain takes every permit that is free right now, unless callers are
+// queued (they come first), and returns them as one Permit, of no permits
+// when there are none to take. One round trip.
+func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
+	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Drain", "drain")
+	defer func() { sp.endAcquire(err, err == nil, false) }()
 	if err != nil {
-		if strings.HasPrefix(err.Error(), "DLOCK_TOOMANY") {
-			return nil, 0, invalidf("semaphore %q: %s", s.name, strings.TrimPrefix(err.Error(), "DLOCK_TOOMANY "))
-		}
+		return nil, err
+	}
+	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text()}
+	a := s.newAcquisition(ctx, t, "drain", false, waitAs{id: t.id})
+	a.sent = time.Now()
+	res, err := s.c.script(a.tryCtx(), scripts.SemDrain, s.keys, t.id, millis(a.ttl), s.c.id).Slice()
+	if err != nil {
+		return nil, s.fail("drain", err)
+	}
+	r, err := decodeTry(res)
+	if err != nil || r.n == 0 {
+		return &Permit{s: s, done: true}, err
+	}
+	t.n = int(r.n)
+	if _, _, err := a.granted(func() error { return t.keep(a, r.token) }); err != nil {
+		return nil, err
+	}
+	return t.p, nil
+}
+
+// Delete deletes the semaphore: its total, its permits and its queue. It
+// reports whether there was anything to delete. Permits held elsewhere are
+// reported lost at their next renewal; waiters are woken and, finding no
+// total, wait for one to be set.
+func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
+	ctx, sp, err := s.begin(ctx, "dlock.Semaphore.Delete")
+	defer func() { sp.endOther(err) }()
+	if err != nil {
+		return false, err
+	}
+	n, err := s.c.script(detach(ctx), scripts.SemDelete, s.keys, s.c.id).Int()
+	if err != nil {
+		return false, s.fail("delete", err)
+	}
+	s.c.waits.wake(s.channel, wakeAll, wakeLocal)
+	return n == 1, nil
+}
+
+// semTry is one Acquire or TryAcquire call: the acquirer of its acquisition.
+// Its permit ID is fresh; while it waits it is also its place in the queue.
+type semTry struct {
+	s  *Semaphore
+	id string
+	n  int
+	p  *Permit // once granted
+}
+
+func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
+	s := t.s
+	markTTL := a.sending()
+	res, err := s.c.script(a.tryCtx(), scripts.SemTry, s.keys, t.id, t.n, millis(a.ttl), millis(markTTL), s.c.id).Slice()
+	var r tryReply
+	if err == nil {
+		r, err = decodeTry(res)
+	}
+	if err != nil {
 		if !isRedisError(err) {
 			// The permit ID is unique to this request: giving it back is
 			// safe whether or not the lost reply had granted it.
-			s.giveBack(nc, id)
+			t.giveBack(a)
 		}
-		return nil, 0, redisErr("acquire", s.name, s.keys[0], err)
+		return false, 0, s.fail(a.op, err)
 	}
-	if v < 1 {
-		return nil, time.Duration(-v) * time.Millisecond, nil
+	if !r.granted() {
+		return a.refused("", r.left(), markTTL > 0, r.queued, s.keys[4], []string{s.keys[3], s.keys[0]}, leaseSpec{specMemberWith2, t.id})
 	}
-	if ctx.Err() != nil {
-		s.giveBack(nc, id)
-		return nil, 0, notObtained("acquire", s.name, ctx)
-	}
-	annotate(ctx, attrPermits.Int(n))
-	p := &Permit{s: s, id: id, n: n, l: newLease(ctx, kindSemaphoreName, s.name, s.keys[1], "z"+id, renew, ttl, sent)}
-	if !s.c.wd.add(p.l) {
-		s.giveBack(nc, id)
-		return nil, 0, closedErr("acquire", s.name)
-	}
-	return p, 0, nil
+	return a.granted(func() error { return t.keep(a, r.token) })
 }
+
+// keep records the granted permit.
+func (t *semTry) keep(a *acquisition, token uint64) error {
+	if err := a.fresh(); err != nil {
+		return err
+	}
+	s := t.s
+	annotate(a.ctx, attrPermits.Int(t.n), attrToken.Int64(int64(token)))
+	l := a.newHold(s.keys[1], leaseSpec{specMemberWith2, t.id})
+	l.extra, l.token = []string{s.keys[0], s.keys[2]}, token
+	t.p = &Permit{s: s, id: t.id, n: t.n, l: l}
+	return a.watch(l)
+}
+
+// giveBack releases a grant the caller will not get, and leaves the queue.
+func (t *semTry) giveBack(a *acquisition) {
+	_, _ = t.s.release(a.nc, t.id)
+	t.s.cancel(a.nc, t.id)
+}
+
+func (t *semTry) leave(a *acquisition) { t.s.cancel(a.nc, t.id) }
 
 // release returns the permits of id and wakes the local waiters they serve.
 // It returns how many permits it returned, -1 when id held none.
 func (s *Semaphore) release(ctx context.Context, id string) (int64, error) {
-	res, err := s.c.script(ctx, scripts.SemRelease, s.keysCh, id, s.c.id).Slice()
+	res, err := s.c.script(ctx, scripts.SemRelease, s.keys, id, s.c.id).Slice()
 	if err != nil {
-		s.c.wakeUnknown(s.channel, err)
-		return 0, redisErr("release", s.name, s.keys[0], err)
+		s.wakeUnknown(err)
+		return 0, s.fail("release", err)
 	}
 	n, msg, err := pair(res)
 	if err != nil {
-		return 0, fmt.Errorf("dlock: release %q: %w", s.name, err)
+		return 0, opErr("release", s.name, "", err)
 	}
 	s.wakeLocal(msg)
 	return n, nil
-}
-
-// giveBack releases a grant the caller will not get, and leaves the queue.
-func (s *Semaphore) giveBack(ctx context.Context, id string) {
-	_, _ = s.release(ctx, id)
-	s.cancel(ctx, id)
 }
 
 // cancel takes waiter id out of the queue. Best effort: a place left behind
 // is dropped when its waiting mark runs out.
 func (s *Semaphore) cancel(ctx context.Context, id string) {
-	msg, err := s.c.script(detach(ctx), scripts.SemCancel, s.keysCh, id, s.c.id).Text()
+	msg, err := s.c.script(detach(ctx), scripts.SemCancel, s.keys, id, s.c.id).Text()
 	if err != nil {
-		s.c.wakeUnknown(s.channel, err)
+		s.wakeUnknown(err)
 		return
 	}
 	s.wakeLocal(msg)
-}
-
-func (s *Semaphore) wakeLocal(msg string) {
-	if msg != "" {
-		_, spec := parseRelease(msg)
-		s.c.waits.wake(s.channel, spec, wakeLocal)
-	}
-}
-
-// pair decodes a script's {integer, message} reply.
-func pair(res []any) (int64, string, error) {
-	if len(res) != 2 {
-		return 0, "", fmt.Errorf("unexpected reply %v", res)
-	}
-	n, ok := res[0].(int64)
-	msg, ok2 := res[1].(string)
-	if !ok || !ok2 {
-		return 0, "", fmt.Errorf("unexpected reply %v", res)
-	}
-	return n, msg, nil
-}
-
-// Permit is a grant of permits from a Semaphore: a lease, renewed by the
-// watchdog unless WithPermitLease fixed it. Release it exactly once. A
-// Permit's methods are safe for concurrent use.
-type Permit struct {
-	s  *Semaphore
-	id string
-	n  int
-	l  *lease
-
-	mu   sync.Mutex
-	done bool // Release succeeded, or found the permit gone
-}
-
-// Count returns how many permits p holds.
-func (p *Permit) Count() int { return p.n }
-
-// Release gives the permits back and wakes the waiters they can serve. A
-// second Release, or one after the lease expired, returns an error matching
-// ErrNotHeld (and ErrLost, when the lease ran out) and changes no count.
-// Like Mutex.Unlock, it runs even when ctx has ended.
-func (p *Permit) Release(ctx context.Context) (err error) {
-	s := p.s
-	ctx, sp := s.c.tel.start(ctx, kindSemaphoreName, "dlock.Permit.Release", s.name, s.lease)
-	defer func() { sp.endRelease(err) }()
-	annotate(ctx, attrPermits.Int(p.n))
-	if err := s.c.usable(nil); err != nil {
-		return err
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.done {
-		return fmt.Errorf("dlock: release %q: %w", s.name, ErrNotHeld)
-	}
-	s.c.wd.beginRelease(p.l)
-	n, err := s.release(detach(ctx), p.id)
-	if err != nil {
-		s.c.wd.abortRelease(p.l)
-		return err
-	}
-	p.done = true
-	if n < 0 {
-		s.c.wd.lose(p.l, fmt.Errorf("%w: permit lease expired before release", ErrLost))
-		return fmt.Errorf("dlock: release %q: %w: %w", s.name, ErrLost, ErrNotHeld)
-	}
-	if cause := s.c.wd.released(p.l); cause != nil {
-		return fmt.Errorf("dlock: release %q: %w", s.name, cause)
-	}
-	return nil
-}
-
-// Lost returns a channel that is closed if the permit's lease is lost (it
-// expired, renewals failed for a whole lease, or the Client closed). Release
-// does not close it.
-func (p *Permit) Lost() <-chan struct{} { return p.s.c.wd.lostOf(p.l) }
-
-// HoldContext returns a copy of parent that is cancelled when the permit
-// ends: by Release, or by loss, in which case context.Cause reports an error
-// matching ErrLost. Call the CancelFunc when done.
-func (p *Permit) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return p.s.c.wd.holdContext(parent, p.l)
 }

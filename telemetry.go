@@ -23,6 +23,7 @@ const (
 	kindRWWriteName   = "rwmutex_write"
 	kindSemaphoreName = "semaphore"
 	kindLatchName     = "countdown_latch"
+	kindElectionName  = "election"
 )
 
 // Outcomes, the dlock.result attribute.
@@ -54,6 +55,7 @@ var (
 	attrCause     = attribute.Key("dlock.cause")
 	attrHolder    = attribute.Key("dlock.holder")
 	attrLeaseLeft = attribute.Key("dlock.lease_left_ms")
+	attrToken     = attribute.Key("dlock.token")
 )
 
 // telemetry holds the Client's tracer and instruments. With the OpenTelemetry
@@ -258,7 +260,7 @@ func annotate(ctx context.Context, kv ...attribute.KeyValue) {
 }
 
 var wakeReasonNames = [...]string{wakeRelease: "notification", wakeLocal: "local_release",
-	wakeSubscribed: "subscribed", wakeClosed: "closed", wakeHanded: "handed"}
+	wakeSubscribed: "subscribed", wakeClosed: "closed", wakeHanded: "handed", wakeRetime: "retime", wakeCohort: "cohort", wakeQueued: "queued"}
 
 // wokeUp records a wake-up of a blocked call on its span: why, and which
 // attempt follows.
@@ -278,13 +280,13 @@ func blocked(ctx context.Context, holder string, left time.Duration) {
 }
 
 // holdStarted and holdEnded keep the holds gauge and hold durations.
-func (t *telemetry) holdStarted(l *lease) {
+func (t *telemetry) holdStarted(l *hold) {
 	if ctx := context.Background(); t.holds.Enabled(ctx) {
 		t.holds.Add(ctx, 1, t.metricAttrs(l.kind, "", l.name))
 	}
 }
 
-func (t *telemetry) holdEnded(l *lease, result string) {
+func (t *telemetry) holdEnded(l *hold, result string) {
 	ctx := context.Background()
 	if t.holds.Enabled(ctx) {
 		t.holds.Add(ctx, -1, t.metricAttrs(l.kind, "", l.name))
@@ -296,7 +298,7 @@ func (t *telemetry) holdEnded(l *lease, result string) {
 
 // holdLost records a loss: the counter, and a short span linked to the span
 // that acquired the hold, so a trace shows where the lost hold came from.
-func (t *telemetry) holdLost(l *lease, cause error) {
+func (t *telemetry) holdLost(l *hold, cause error) {
 	ctx := context.Background()
 	t.lost.Add(ctx, 1, t.metricAttrs(l.kind, "", l.name))
 	opts := []trace.SpanStartOption{trace.WithAttributes(attrKind.String(l.kind), attrName.String(l.name),

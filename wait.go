@@ -2,10 +2,6 @@ package dlock
 
 import (
 	"context"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -41,23 +37,25 @@ const (
 	wakeSubscribed                       // (re)subscription confirmed: look again
 	wakeClosed                           // the Client is closing
 	wakeHanded                           // a release handed the lock to this waiter
-)
-
-// Waiter kinds, for release messages that wake only one kind.
-const (
-	kindAny    byte = 0
-	kindReader byte = 'r'
-	kindWriter byte = 'w'
-	kindHanded byte = 'g' // not a waiter kind: the named waiters now hold the lock
+	wakeRetime                           // not a wake-up: the lock changed hands; its new lease ends at retimeAt
+	wakeCohort                           // a local handoff gave this waiter a hold (cohort.go)
+	wakeQueued                           // a cohort's end queued this local waiter in Redis at queuedAt (cohort.go)
 )
 
 type waiter struct {
 	wake       chan wakeReason // buffered 1; sent to with waitRegistry.mu held
 	woken      bool            // a wake-up is pending and not yet acted on
 	channel    string
-	kind       byte   // kindAny, kindReader or kindWriter
-	id         string // optional: the ID a release message may name
-	owner      string // optional: the owner of a counted hold it waits for
+	kind       byte      // kindAny, kindReader or kindWriter
+	id         string    // optional: the ID a release message may name
+	owner      string    // optional: the owner of a counted hold it waits for
+	fence      uint64    // the token of the latest hand-over it was woken for; guarded by waitRegistry.mu
+	retimeAt   time.Time // when the lease of the hold the lock was last handed to ends; guarded by waitRegistry.mu
+	cohort     *Mutex    // a waiter of a Mutex WithCohort: its handle
+	place      string    // its place in the queue in Redis, for cohort
+	local      bool      // it waits for a local handoff only, without a place in Redis yet; guarded by waitRegistry.mu
+	grant      *hold     // a hold a local handoff gave it; guarded by waitRegistry.mu
+	queuedAt   time.Time // when the release that queued it in Redis was sent; guarded by waitRegistry.mu
 	prev, next *waiter
 }
 
@@ -69,213 +67,25 @@ type waitAs struct {
 	id     string
 	owner  string
 	metric string
-	// handed, when set, is called when a release message says that the lock
-	// was handed to this waiter's ID. It returns true when the waiter may
-	// take the hold as granted; false makes it try once more.
-	handed func() bool
-}
-
-// wakeSpec is whom a release wakes: the waiters named in ids, or else n
-// waiters (0: all) of the given kind (kindAny: any kind). With ids, kind
-// kindHanded says the release handed the lock to them.
-type wakeSpec struct {
-	n    int
-	kind byte
-	ids  []string
-}
-
-var wakeOne = wakeSpec{n: 1}
-
-type waitQueue struct{ head, tail *waiter }
-
-// waitRegistry holds the local waiters of every channel, in arrival order.
-type waitRegistry struct {
-	mu     sync.Mutex
-	queues map[string]*waitQueue
-	byID   map[string]*waiter
-	count  atomic.Int64 // waiters; written under mu, read without it on hot paths
-	closed bool
-}
-
-func (r *waitRegistry) init() {
-	r.queues = make(map[string]*waitQueue)
-	r.byID = make(map[string]*waiter)
-}
-
-// has reports whether channel has local waiters.
-func (r *waitRegistry) has(channel string) bool {
-	if r.count.Load() == 0 { // the uncontended path takes no lock
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.queues[channel] != nil
-}
-
-// join appends a waiter to channel's queue.
-func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, err error) {
-	w = &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, ErrClosed
-	}
-	if w.id != "" {
-		r.byID[w.id] = w
-	}
-	q := r.queues[channel]
-	if q == nil {
-		q = &waitQueue{}
-		r.queues[channel] = q
-	}
-	if q.tail == nil {
-		q.head, q.tail = w, w
-	} else {
-		w.prev, q.tail.next = q.tail, w
-		q.tail = w
-	}
-	r.count.Add(1)
-	return w, nil
-}
-
-// leave removes w. A waiter that leaves without acquiring while a wake-up is
-// pending hands the wake-up to the next waiter.
-func (r *waitRegistry) leave(w *waiter, acquired bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	q := r.queues[w.channel]
-	if w.prev != nil {
-		w.prev.next = w.next
-	} else {
-		q.head = w.next
-	}
-	if w.next != nil {
-		w.next.prev = w.prev
-	} else {
-		q.tail = w.prev
-	}
-	r.count.Add(-1)
-	if w.id != "" {
-		delete(r.byID, w.id)
-	}
-	if q.head == nil {
-		delete(r.queues, w.channel)
-		return
-	}
-	if w.woken && !acquired {
-		r.wakeLocked(q, wakeSpec{n: 1, kind: w.kind}, wakeLocal)
-	}
-}
-
-// attempt marks w as acting on its wake-ups: any pending one is consumed.
-func (r *waitRegistry) attempt(w *waiter) {
-	r.mu.Lock()
-	w.woken = false
-	select {
-	case <-w.wake:
-	default:
-	}
-	r.mu.Unlock()
-}
-
-// wake wakes the waiters of channel that spec names and returns how many it
-// signalled. Counted wake-ups skip waiters that already have one pending,
-// oldest first; spec.n <= 0 wakes all waiters of the kind.
-func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) int {
-	if r.count.Load() == 0 { // an uncontended release takes no lock
-		return 0
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(spec.ids) > 0 {
-		if spec.kind == kindHanded {
-			why = wakeHanded
-		}
-		woke := 0
-		for _, id := range spec.ids {
-			if w := r.byID[id]; w != nil && w.channel == channel {
-				w.signal(why)
-				woke++
-			}
-		}
-		return woke
-	}
-	if q := r.queues[channel]; q != nil {
-		return r.wakeLocked(q, spec, why)
-	}
-	return 0
-}
-
-// wakeOwner wakes the waiters of channel that acquire for owner: once the
-// owner holds the lock, they can re-enter at once.
-func (r *waitRegistry) wakeOwner(channel, owner string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if q := r.queues[channel]; q != nil {
-		for w := q.head; w != nil; w = w.next {
-			if w.owner == owner {
-				w.signal(wakeLocal)
-			}
-		}
-	}
-}
-
-// wakeUnknown wakes every local waiter of channel after a release whose
-// reply was lost: the release may have happened, and this Client ignores its
-// own release messages. A needless wake-up costs one retry.
-func (c *Client) wakeUnknown(channel string, err error) {
-	if !isRedisError(err) {
-		c.waits.wake(channel, wakeSpec{}, wakeLocal)
-	}
-}
-
-func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) int {
-	woke := 0
-	for w := q.head; w != nil && (spec.n <= 0 || woke < spec.n); w = w.next {
-		if spec.kind != kindAny && w.kind != spec.kind || w.woken && spec.n > 0 {
-			continue
-		}
-		w.signal(why)
-		woke++
-	}
-	return woke
-}
-
-// signal marks w woken and delivers why unless a wake-up is already pending;
-// wakeHanded replaces a pending one other than wakeClosed, since it tells
-// more. Called with waitRegistry.mu held.
-func (w *waiter) signal(why wakeReason) {
-	w.woken = true
-	if why == wakeHanded {
-		select {
-		case old := <-w.wake:
-			if old == wakeClosed { // closing wins over everything
-				w.wake <- old
-				return
-			}
-		default:
-		}
-	}
-	select {
-	case w.wake <- why:
-	default:
-	}
-}
-
-func (r *waitRegistry) close() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.closed = true
-	for _, q := range r.queues {
-		for w := q.head; w != nil; w = w.next {
-			w.woken = true
-			select {
-			case <-w.wake: // replace whatever is pending: closing wins
-			default:
-			}
-			w.wake <- wakeClosed
-		}
-	}
+	// handed, when set, is called when a release says that the lock was
+	// handed to this waiter's ID, with the hold's fencing token. It reports
+	// whether the waiter now holds it; false makes it try once more, and an
+	// error ends the wait.
+	handed func(token uint64) (bool, error)
+	// cohort, when set, is the Mutex WithCohort whose holds may be handed to
+	// the waiter locally, and place its place in the queue in Redis.
+	cohort *Mutex
+	place  string
+	// local: the waiter waits for a local handoff of cohort's running
+	// cohort, without trying in Redis, for at most localFor, or until the
+	// cohort ends (cohort.go).
+	local    bool
+	localFor time.Duration
+	// queued, when set, records that the end of the cohort queued the
+	// waiter in Redis, by a release sent at the time given: the waiter then
+	// keeps its place with a waiting mark, without trying. An error ends
+	// the wait.
+	queued func(at time.Time) error
 }
 
 // tryFunc makes one acquisition attempt. When it fails it returns how long
@@ -304,22 +114,30 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	attempts := 1 // the caller's first try
 	defer func() {
 		c.waits.leave(w, acquired)
+		if w.grant != nil && !acquired {
+			as.cohort.abandonCohort(w.grant) // handed a hold it will not take
+		}
 		c.hub.Release(channel)
 		c.tel.waiters.Add(context.Background(), -1, waiting) // ctx may be done
 		annotate(ctx, attrAttempts.Int(attempts))
 	}()
 
 	first := c.retryAfter(left)
+	if as.local {
+		first = min(first, as.localFor)
+	}
 	if !confirmed {
 		// Normally the confirmation wakes the waiter within a round trip;
 		// should it never come, look again soon rather than at the lease.
 		first = min(first, time.Second)
 	}
 	timer := time.NewTimer(first)
+	timerAt := time.Now().Add(first)
 	defer timer.Stop()
 	// Once subscribed, retry at once: a release may have come between the
 	// caller's try and the subscription.
-	for retry := confirmed; ; retry = true {
+	retry := confirmed && !as.local
+	for {
 		if retry {
 			c.waits.attempt(w)
 			attempts++
@@ -331,17 +149,53 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 				acquired = true
 				return nil
 			}
-			timer.Reset(c.retryAfter(left))
+			timerAt = time.Now().Add(c.retryAfter(left))
+			timer.Reset(time.Until(timerAt))
 		}
+		retry = true
 		select {
 		case why := <-w.wake:
+			if why == wakeRetime {
+				// The lock changed hands: look again when the new hold
+				// ends, if that comes before the timer set for the old one.
+				if at := c.waits.retimed(w).Add(time.Millisecond); at.Before(timerAt) {
+					timerAt = at
+					timer.Reset(time.Until(at))
+				}
+				retry = false
+				continue
+			}
 			if why == wakeClosed {
 				return closedErr(op, name)
 			}
-			if why == wakeHanded && as.handed != nil && as.handed() {
+			if why == wakeQueued && as.queued != nil {
+				if err := as.queued(c.waits.queuedAt(w)); err != nil {
+					return err
+				}
+				// Its place is in Redis now: wait as any queued waiter.
+				timerAt = time.Now().Add(c.retryAfter(0))
+				timer.Reset(time.Until(timerAt))
+				retry = false
+				continue
+			}
+			if why == wakeCohort {
+				if ctx.Err() != nil {
+					return notObtained(op, name, ctx)
+				}
 				wokeUp(ctx, wakeReasonNames[why], attempts)
 				acquired = true
 				return nil
+			}
+			if why == wakeHanded && as.handed != nil {
+				ok, err := as.handed(c.waits.handedToken(w))
+				if err != nil {
+					return err
+				}
+				if ok {
+					wokeUp(ctx, wakeReasonNames[why], attempts)
+					acquired = true
+					return nil
+				}
 			}
 			wokeUp(ctx, wakeReasonNames[why], attempts+1)
 		case <-timer.C:
@@ -361,28 +215,4 @@ func (c *Client) retryAfter(left time.Duration) time.Duration {
 		return c.cfg.watchdog
 	}
 	return left + time.Millisecond
-}
-
-// releaseOne is the message of a release that lets one waiter proceed.
-// Release messages read "from|n|kind|id,id,...": the releasing Client's ID,
-// how many waiters to wake (0: all), of which kind ("", "r" or "w"), or the
-// IDs of the waiters to wake. Trailing fields may be left out. Scripts that
-// decide whom to wake build the message themselves from the Client ID.
-func (c *Client) releaseOne() string { return c.oneMsg }
-
-func parseRelease(payload string) (from string, spec wakeSpec) {
-	from, rest, _ := strings.Cut(payload, "|")
-	nField, rest, _ := strings.Cut(rest, "|")
-	kindField, idsField, _ := strings.Cut(rest, "|")
-	spec.n = 1
-	if n, err := strconv.Atoi(nField); err == nil {
-		spec.n = n
-	}
-	if len(kindField) == 1 {
-		spec.kind = kindField[0] // kindReader, kindWriter or kindHanded
-	}
-	if idsField != "" {
-		spec.ids = strings.Split(idsField, ",")
-	}
-	return from, spec
 }

@@ -1,138 +1,229 @@
 package dlock
 
 import (
+	"container/heap"
 	"context"
-	"errors"
 	"fmt"
-	"strings"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/dlock-go/dlock/scripts"
 )
 
-// errReleased is the cause of a hold context's cancellation after Unlock.
-var errReleased = errors.New("dlock: released")
-
-// watchdog is the one goroutine per Client that keeps leases alive and tells
-// holders when a hold is lost. Every period (a third of the watchdog timeout)
-// it renews every renewable lease in batches of up to renewBatch keys per
-// script call, all calls of a period in one pipeline. Between periods it
-// wakes at the earliest lease deadline, so a lease whose renewals keep
-// failing, or a WithLease hold that runs out, is reported when its time is up
-// rather than at the next period.
+// The watchdog keeps a Client's leases (holds and waiting marks) and tells
+// holders, on time, when one is lost. It runs three goroutines:
+//
+//   - the clock ends every lease whose deadline passes, and does nothing
+//     else: no I/O, no telemetry, no log handler stands between a deadline
+//     and the holder's Lost channel and hold context;
+//   - the renewer sends renewals on a fixed-rate schedule: each renewable
+//     lease is renewed once a period (a third of its lease: the watchdog
+//     timeout for holds, markLease for waiting marks) after the renewal
+//     that last renewed it was sent, in batches of renewBatch keys per
+//     script call; renewSenders goroutines send them, earliest deadline
+//     first, and none waits for another's reply, so a slow renewal delays
+//     no other lease's;
+//   - the reporter records ends in telemetry and logs, and wakes waiters
+//     whose marks were lost.
+//
+// A lease's deadline is a fact of the monotonic clock: the send time of the
+// request that last acquired or renewed it, plus the lease, less the drift
+// margin (see leaseDeadline). Whatever is in flight, the clock ends the lease
+// then. A renewal request may take as long as the leases it carries have
+// left; its reply only ever moves a deadline forward.
+//
+// Times are kept as nanoseconds since the watchdog started (on the
+// monotonic clock), which makes them small and cheap to compare. This file
+// holds the watchdog's state and what callers ask of it; the clock and the
+// reporter are in clock.go, the renewer in renewer.go, and how renewals
+// reach Redis in renewals.go.
 type watchdog struct {
-	c      *Client
-	period time.Duration
+	timeout time.Duration // the lease of renewable holds and marks
+	tick    time.Duration // the renewal schedule's resolution
+	horizon time.Duration // a round takes no lease due later than this: a quarter of the longest period
+	epoch   time.Time
+	send    renewSender
+	cluster bool // batch per hash slot
+	tel     *telemetry
+	log     *slog.Logger
 
-	mu       sync.Mutex
-	leases   map[*lease]struct{} // held leases, renewable or not
-	nextWake time.Time
-	closed   bool         // no lease may be added: nothing would renew or report it
-	lostQ    []lostReport // losses to report once mu is released
+	mu        sync.Mutex
+	deadlines leaseHeap          // every lease, earliest deadline first
+	due       map[int64][]*lease // renewable leases by the tick of their next renewal
+	closed    bool               // no lease may be added: nothing would renew or report it
+	ended     []ending           // ends to report once mu is released
 
-	kick chan struct{}
-	stop chan struct{}
-	done chan struct{}
+	clockKick, renewKick chan struct{}
+	reports              reportQueue
+	stop                 chan struct{}
+	loops                sync.WaitGroup // the clock and the renewer
+	reporterDone         chan struct{}
+	chunks               chunkHeap  // renewal pipelines waiting for a sender; guarded by mu
+	work                 *sync.Cond // on mu: a chunk was queued, or stopping
+	stopping             bool       // guarded by mu: senders exit
+	senders              sync.WaitGroup
+	stopCtx              context.Context // cancelled by close: renewals in flight give up
+	cancelStop           context.CancelFunc
 
-	rounds atomic.Int64 // renewal rounds that sent anything
-	calls  atomic.Int64 // renewal script calls sent
+	settled chan struct{} // guarded by mu: made by an Extend waiting for a renewal in flight, closed when renewals settle
+
+	sentCalls atomic.Int64 // renewal script calls sent
 }
 
-func newWatchdog(c *Client) *watchdog {
+// ending is an end of a lease to report once the watchdog's mutex is
+// released.
+type ending struct {
+	l     *lease
+	state leaseState
+	cause error
+}
+
+// leaseDeadline is when a lease of ttl, asked for or renewed by a request
+// sent at sent, may have run out on the server: sent + ttl, less a margin of
+// 1% of ttl for drift between the client's and the server's clocks, and
+// 2 ms for the server's millisecond rounding of expiry times.
+func leaseDeadline(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - driftMargin(ttl))
+}
+
+func driftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// minValidity is the least a grant must have left of its lease to be
+// returned as a hold: one renewal period, a third of the lease. A grant
+// that arrives later than that (a cold connection over a slow network, a
+// stalled server) is given back: its holder could barely use it, and its
+// first renewal would already be late.
+func minValidity(ttl time.Duration) time.Duration { return ttl / 3 }
+
+func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *telemetry, log *slog.Logger) *watchdog {
 	w := &watchdog{
-		c:      c,
-		period: c.cfg.watchdog / 3,
-		leases: make(map[*lease]struct{}),
-		kick:   make(chan struct{}, 1),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		timeout:      timeout,
+		tick:         max(markLease(timeout)/12, time.Millisecond),
+		horizon:      timeout / 12,
+		epoch:        time.Now(),
+		send:         send,
+		cluster:      cluster,
+		tel:          tel,
+		log:          log,
+		due:          make(map[int64][]*lease),
+		clockKick:    make(chan struct{}, 1),
+		renewKick:    make(chan struct{}, 1),
+		stop:         make(chan struct{}),
+		reporterDone: make(chan struct{}),
 	}
-	w.nextWake = time.Now().Add(w.period)
-	go w.run()
+	w.reports.init()
+	w.stopCtx, w.cancelStop = context.WithCancel(context.Background())
+	w.work = sync.NewCond(&w.mu)
+	w.senders.Add(renewSenders)
+	for range renewSenders {
+		go w.runSender()
+	}
+	w.loops.Add(2)
+	go w.runClock()
+	go w.runRenewer()
+	go w.reports.run(w, w.reporterDone)
 	return w
 }
 
-// add starts tracking a hold. It wakes the loop only when the hold's deadline
-// comes before the loop's next wake-up, so the common case costs no wake-up.
-// It returns false after close: the caller must give the hold back.
+// mono returns t on the watchdog's clock.
+func (w *watchdog) mono(t time.Time) int64 { return int64(t.Sub(w.epoch)) }
+
+// wall returns the watchdog's time m as a time.Time.
+func (w *watchdog) wall(m int64) time.Time { return w.epoch.Add(time.Duration(m)) }
+
+// tickOf is the tick of the renewal schedule at or before m.
+func (w *watchdog) tickOf(m int64) int64 { return m / int64(w.tick) }
+
+// add starts keeping a lease whose deadline is set. It returns false after
+// close: the caller must give the hold back.
 func (w *watchdog) add(l *lease) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
-	w.leases[l] = struct{}{}
-	early := l.deadline.Before(w.nextWake)
-	w.mu.Unlock()
-	if !l.mark {
-		w.c.tel.holdStarted(l)
+	l.sent = w.mono(l.start)
+	l.deadline = w.mono(leaseDeadline(l.start, l.granted()))
+	first := w.deadlines.Len() == 0 || l.deadline < w.deadlines[0].deadline
+	heap.Push(&w.deadlines, l)
+	if l.renew {
+		w.schedule(l, l.sent+int64(l.granted()/3))
 	}
-	if early {
-		select {
-		case w.kick <- struct{}{}:
-		default:
-		}
+	w.mu.Unlock()
+	if h, ok := l.of.(*hold); ok {
+		w.tel.holdStarted(h)
+	}
+	if first {
+		kick(w.clockKick)
 	}
 	return true
 }
 
-// beginRelease marks l as being released, so that a renewal racing the unlock
-// script does not report the hold lost. It returns false if l had been lost.
-func (w *watchdog) beginRelease(l *lease) (held bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	l.releasing = true
-	return l.state == leaseHeld
+func kick(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
-// abortRelease undoes beginRelease after an unlock that failed to run. After
-// close, nothing renews l any more: it ends as Close ends every hold.
-func (w *watchdog) abortRelease(l *lease) {
+// beginRelease marks l as being released, so that a renewal racing the
+// release script does not report the hold lost, and the clock leaves its
+// end to the release.
+func (w *watchdog) beginRelease(l *lease) {
 	w.mu.Lock()
-	l.releasing = false
-	if w.closed {
-		w.closeLocked(l)
-	}
+	l.releasing = true
 	w.mu.Unlock()
 }
 
-// released ends l after a successful unlock. It returns the cause when l had
-// been lost before, so Unlock can say so, and nil otherwise.
+// abortRelease undoes beginRelease. When the release failed, the lease is no
+// longer renewed: it ends at its deadline at the latest, since a caller that
+// meant to give it up must not keep it alive by accident. A lease that is
+// still held (a counted hold with holds left) goes on as before. After close,
+// nothing keeps the lease any more: it ends as Close ends every hold.
+func (w *watchdog) abortRelease(l *lease, failed bool) {
+	w.mu.Lock()
+	defer w.unlock()
+	l.releasing = false
+	switch {
+	case w.closed:
+		w.endLocked(l, leaseLost, errClosedLost)
+	case l.state != leaseHeld:
+	case w.mono(time.Now()) >= l.deadline:
+		w.endLocked(l, leaseLost, w.expiredCause(l))
+	default:
+		if failed && l.renew {
+			l.renew = false
+			w.log.Warn("dlock: release failed; the hold is no longer renewed and ends by its lease",
+				"key", l.key, "lease_left", time.Duration(l.deadline-w.mono(time.Now())).String())
+		}
+		if l.idx < 0 {
+			heap.Push(&w.deadlines, l)
+		}
+	}
+}
+
+// released ends l after a successful release. It returns the cause when l
+// had been lost before, so the release can say so, and nil otherwise.
 func (w *watchdog) released(l *lease) (lostCause error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	defer w.unlock()
 	l.releasing = false
-	switch l.state {
-	case leaseLost:
-		return l.cause
-	case leaseHeld:
-		w.endLocked(l, errReleased)
-	}
-	return nil
-}
-
-// endLocked ends a held lease normally.
-func (w *watchdog) endLocked(l *lease, cause error) {
-	delete(w.leases, l)
-	l.ended(leaseReleased, cause)
-	if !l.mark {
-		w.c.tel.holdEnded(l, resultReleased)
-	}
-}
-
-// lostCause returns why l was lost, or nil while it is held or after a
-// normal release.
-func (w *watchdog) lostCause(l *lease) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	if l.state == leaseLost {
-		return l.cause
+		if h, ok := l.of.(*hold); ok {
+			return h.cause
+		}
+		return ErrLost
 	}
+	w.endLocked(l, leaseReleased, errReleased)
 	return nil
+}
+
+// dropped forgets l without reporting a loss, when the caller no longer
+// needs it (a mark whose waiter stopped waiting).
+func (w *watchdog) dropped(l *lease) {
+	w.mu.Lock()
+	defer w.unlock()
+	w.endLocked(l, leaseReleased, errReleased)
 }
 
 // isHeld reports whether l is still held as far as this Client knows.
@@ -142,297 +233,96 @@ func (w *watchdog) isHeld(l *lease) bool {
 	return l.state == leaseHeld
 }
 
-// deadline returns the time until which the server is known to keep l.
-func (w *watchdog) deadline(l *lease) time.Time {
+// lostCause returns why l was lost, or nil while it is held or after a
+// normal release.
+func (w *watchdog) lostCause(l *hold) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return l.deadline
+	if l.state == leaseLost {
+		return l.cause
+	}
+	return nil
 }
 
-// dropped forgets l without reporting anything, when a newer lease replaces it.
-func (w *watchdog) dropped(l *lease) {
+// lastSent returns the send time of the request that last granted or
+// renewed l.
+func (w *watchdog) lastSent(l *lease) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if l.state == leaseHeld {
-		w.endLocked(l, errReleased)
-	}
+	return w.wall(l.sent)
 }
 
 // lose reports l lost with the given cause, which wraps ErrLost. It is a
-// no-op for a hold that already ended.
+// no-op for a lease that already ended.
 func (w *watchdog) lose(l *lease, cause error) {
 	w.mu.Lock()
-	w.loseLocked(l, cause)
+	w.endLocked(l, leaseLost, cause)
 	w.unlock()
 }
 
-// lostReport is a loss to record in telemetry and logs, or a waiting mark
-// whose onLost hook must run.
-type lostReport struct {
-	l     *lease
-	cause error
-}
-
-// loseLocked ends l as lost. Its holder learns at once, through the lost
-// channel and the hold context; the span, metrics and log line follow when
-// the caller releases mu with unlock, so that exporters and log handlers
-// never run under the watchdog's lock.
-func (w *watchdog) loseLocked(l *lease, cause error) {
-	if l.state != leaseHeld {
-		return
-	}
-	delete(w.leases, l)
-	l.ended(leaseLost, cause)
-	if !l.mark || l.onLost != nil {
-		w.lostQ = append(w.lostQ, lostReport{l, cause})
-	}
-}
-
-// closeLocked ends l because the Client closed: lost to its holder (the
-// cause matches ErrLost and ErrClosed), but neither counted nor logged as a
+// errClosedLost is the cause of the end of every hold still open when the
+// Client closes: lost to its holder, but neither counted nor logged as a
 // loss, since a shutdown is not one.
-func (w *watchdog) closeLocked(l *lease) {
+var errClosedLost = fmt.Errorf("%w: %w", ErrLost, ErrClosed)
+
+// endLocked ends l, which its owner learns at once; the report (telemetry,
+// logs, a waiter's wake-up) follows when the caller releases mu, so that
+// exporters and log handlers never run under the watchdog's lock. A lease
+// still in a renewal bucket is skipped when its tick comes.
+func (w *watchdog) endLocked(l *lease, state leaseState, cause error) {
 	if l.state != leaseHeld {
 		return
 	}
-	cause := fmt.Errorf("%w: %w", ErrLost, ErrClosed)
-	delete(w.leases, l)
-	l.ended(leaseLost, cause)
-	if !l.mark {
-		w.c.tel.holdEnded(l, resultClosed)
+	if l.idx >= 0 {
+		heap.Remove(&w.deadlines, l.idx)
 	}
+	l.of.ended(state, cause)
+	w.ended = append(w.ended, ending{l, state, cause})
 }
 
-// unlock releases mu and reports the losses recorded meanwhile.
+// unlock releases mu and reports the ends recorded meanwhile, on the
+// calling goroutine (a caller's Unlock, say).
 func (w *watchdog) unlock() {
-	q := w.lostQ
-	w.lostQ = nil
+	q := w.ended
+	w.ended = nil
 	w.mu.Unlock()
-	for _, r := range q {
-		if r.l.mark {
-			r.l.onLost()
-			continue
-		}
-		w.c.tel.holdEnded(r.l, resultLost)
-		w.c.tel.holdLost(r.l, r.cause)
-		w.c.cfg.logger.Warn("dlock: hold lost", "name", r.l.name, "key", r.l.key, "holder", holderOf(r.l.spec), "cause", r.cause.Error())
+	for _, e := range q {
+		e.l.of.report(w, e.state, e.cause)
 	}
 }
 
-// holderOf is the part of a lease's renewal spec that is safe to log: the
-// owner ID of a reentrant hold. A plain mutex's token is not logged.
-func holderOf(spec string) string {
-	if strings.HasPrefix(spec, "h") {
-		return spec[1:]
-	}
-	return ""
+// unlockAsync releases mu and leaves the reports to the reporter goroutine,
+// so that the clock and the renewer never wait for an exporter or a log
+// handler.
+func (w *watchdog) unlockAsync() {
+	q := w.ended
+	w.ended = nil
+	w.mu.Unlock()
+	w.reports.push(q)
 }
 
-func (w *watchdog) run() {
-	defer close(w.done)
-	timer := time.NewTimer(w.period)
-	defer timer.Stop()
-	nextRenew := time.Now().Add(w.period)
-	for {
-		select {
-		case <-w.stop:
-			return
-		case <-timer.C:
-		case <-w.kick:
-		}
-		if !time.Now().Before(nextRenew) {
-			w.renewAll()
-			nextRenew = time.Now().Add(w.period)
-		}
-		timer.Reset(time.Until(w.expire(time.Now(), nextRenew)))
-	}
-}
-
-// expire reports lost every hold whose deadline has passed and returns when
-// the loop must wake next: at nextRenew or the earliest remaining deadline.
-func (w *watchdog) expire(now, nextRenew time.Time) time.Time {
-	w.mu.Lock()
-	defer w.unlock()
-	next := nextRenew
-	for l := range w.leases {
-		switch {
-		case l.releasing:
-		case !now.Before(l.deadline):
-			if l.renew {
-				w.loseLocked(l, fmt.Errorf("%w: not renewed within the %v lease", ErrLost, l.ttl))
-			} else {
-				w.loseLocked(l, fmt.Errorf("%w: the %v lease expired", ErrLost, l.ttl))
-			}
-		case l.deadline.Before(next):
-			next = l.deadline
-		}
-	}
-	w.nextWake = next
-	return next
-}
-
-type renewBatchCall struct {
-	leases []*lease
-	keys   []string
-	args   []any
-}
-
-// renewAll renews every renewable hold: one script call per renewBatch keys
-// (per hash slot on a cluster), all sent in one pipeline.
-func (w *watchdog) renewAll() {
-	ttl := w.c.cfg.watchdog
-	batches, earliest := w.batches(millis(ttl))
-	if len(batches) == 0 {
-		return
-	}
-	// Give up on the round in time to report a lease that runs out meanwhile.
-	timeout := w.period
-	if d := time.Until(earliest); d < timeout {
-		timeout = max(d, 10*time.Millisecond)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-
-	sent := time.Now()
-	cmds := w.send(ctx, batches)
-	w.rounds.Add(1)
-	w.calls.Add(int64(len(batches)))
-
-	var failed error
-	var renewed, gone, failedN int64
-	w.mu.Lock()
-	defer w.unlock()
-	bg := context.Background()
-	for i, b := range batches {
-		w.c.tel.batchSize.Record(bg, int64(len(b.leases)))
-		res, err := cmds[i].Int64Slice()
-		if err != nil || len(res) != len(b.leases) {
-			if err == nil {
-				err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.leases))
-			}
-			failed = err
-			failedN += int64(holdsIn(b.leases))
-			continue
-		}
-		for j, l := range b.leases {
-			if l.state != leaseHeld || l.releasing {
-				continue
-			}
-			if res[j] == 1 {
-				if !l.mark {
-					renewed++
-				}
-				if d := sent.Add(ttl); d.After(l.deadline) {
-					l.deadline = d
-				}
-			} else {
-				if !l.mark {
-					gone++
-				}
-				w.loseLocked(l, fmt.Errorf("%w: renewal found the hold gone", ErrLost))
-			}
-		}
-	}
-	for _, r := range []struct {
-		n      int64
-		result string
-	}{{renewed, resultRenewed}, {gone, resultGone}, {failedN, resultFailed}} {
-		if r.n > 0 {
-			w.c.tel.renewals.Add(bg, r.n, cachedAttrs("", r.result))
-		}
-	}
-	if failed != nil {
-		w.c.cfg.logger.Warn("dlock: lease renewal failed", "error", failed.Error())
-	}
-}
-
-// batches groups the renewable holds into script calls and returns the
-// earliest deadline among them.
-func (w *watchdog) batches(ttlMillis int64) ([]renewBatchCall, time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var out []renewBatchCall
-	open := map[uint16]int{} // slot (or 0 off-cluster) -> index of its open batch
-	var earliest time.Time
-	for l := range w.leases {
-		if !l.renew || l.releasing {
-			continue
-		}
-		if earliest.IsZero() || l.deadline.Before(earliest) {
-			earliest = l.deadline
-		}
-		var s uint16
-		if w.c.cluster {
-			s = slot(l.key)
-		}
-		i, ok := open[s]
-		if !ok || len(out[i].keys)+1+len(l.extra) > renewBatch {
-			out = append(out, renewBatchCall{args: []any{ttlMillis}})
-			i = len(out) - 1
-			open[s] = i
-		}
-		b := &out[i]
-		b.leases = append(b.leases, l)
-		b.keys = append(b.keys, l.key)
-		b.keys = append(b.keys, l.extra...)
-		b.args = append(b.args, l.spec)
-	}
-	return out, earliest
-}
-
-// send runs the batches, pipelined when there are several. When the server's
-// script cache is empty (SCRIPT FLUSH, restart, failover), the script is
-// loaded once and the pipeline sent again: 3 round trips, never per batch.
-func (w *watchdog) send(ctx context.Context, batches []renewBatchCall) []*redis.Cmd {
-	rdb := w.c.rdb
-	cmds := make([]*redis.Cmd, len(batches))
-	if len(batches) == 1 {
-		cmds[0] = scripts.Renew.Run(ctx, rdb, batches[0].keys, batches[0].args...)
-		return cmds
-	}
-	pipeline := func() {
-		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, b := range batches {
-				cmds[i] = scripts.Renew.EvalSha(ctx, p, b.keys, b.args...)
-			}
-			return nil
-		})
-	}
-	pipeline()
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			if scripts.Renew.Load(ctx, rdb).Err() == nil {
-				pipeline()
-			}
-			break
-		}
-	}
-	return cmds
-}
-
-// close stops the loop, waits for it, and reports every remaining hold lost
-// with a cause matching both ErrLost and ErrClosed, since nothing renews it
-// any more. Holds being released right now are left to their Unlock.
+// close stops the watchdog and waits for its goroutines and for renewals in
+// flight (cancelled, they end with their requests), then reports every
+// remaining lease ended with a cause matching both ErrLost and ErrClosed,
+// since nothing keeps it any more. Holds being released right now are left
+// to their release.
 func (w *watchdog) close() {
 	close(w.stop)
-	<-w.done
+	w.loops.Wait()
+	w.cancelStop()
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.stopping = true
+	w.work.Broadcast()
+	w.mu.Unlock()
+	w.senders.Wait()
+	w.mu.Lock()
 	w.closed = true
-	for l := range w.leases {
+	for _, l := range append([]*lease(nil), w.deadlines...) {
 		if !l.releasing {
-			w.closeLocked(l)
+			w.endLocked(l, leaseLost, errClosedLost)
 		}
 	}
-}
-
-// holdsIn counts the leases that are holds, not waiting marks.
-func holdsIn(ls []*lease) int {
-	n := 0
-	for _, l := range ls {
-		if !l.mark {
-			n++
-		}
-	}
-	return n
+	w.unlockAsync()
+	w.reports.close()
+	<-w.reporterDone
 }

@@ -1,12 +1,28 @@
--- latch_set: set a latch's count unless it is counting.
+-- latch_set: set a latch's count unless it is counting (includes
+-- latch_common.lua).
 --
--- KEYS[1]  the latch key (a hash: 'count', and 'gen', bumped at each zero)
+-- KEYS[1]  the latch key (see latch_common.lua)
 -- ARGV[1]  the count (>= 1)
+-- ARGV[2]  the idle expiry in ms; 0 for none
 --
 -- Returns 1 when set, 0 when the latch was already counting. A key of
--- another type fails with WRONGTYPE and is left untouched.
-if redis.call('HEXISTS', KEYS[1], 'count') == 1 then
+-- another kind fails with DLOCK_KIND and is left untouched.
+--#include latch_common.lua
+local L = KEYS[1]
+local v, bad = latch_state(L)
+if bad then
+  return bad
+end
+if v[2] then
   return 0
 end
-redis.call('HSET', KEYS[1], 'count', ARGV[1])
+redis.call('HSET', L, 'k', 'latch', 'count', ARGV[1])
+local idle = tonumber(ARGV[2])
+if idle > 0 then
+  redis.call('HSET', L, 'x', idle)
+else
+  redis.call('HDEL', L, 'x')
+  redis.call('PERSIST', L)
+end
+touch(L, idle)
 return 1

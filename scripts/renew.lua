@@ -2,62 +2,131 @@
 -- or a member, and never gives an expiry to a key that has none.
 --
 -- KEYS       the keys of the leases, in order (all in one hash slot on Redis
---            Cluster); each lease uses one key, or two for kind 'R'
+--            Cluster); each lease uses one key, two for kind 'R', three for
+--            kind 'P'. None when renew_node.lua runs this script over keys
+--            of many slots: the keys then come last in ARGV (see below)
 -- ARGV[1]    the new lease in milliseconds
 -- ARGV[i+1]  lease i: a one-letter kind followed by an ID
---              's<token>'  KEYS: a string lock whose value must be <token>
+--              'o<id>'     KEYS: a primitive's main key (a hash) whose field
+--                          'o', the holder, must be <id>
 --              'h<owner>'  KEYS: a hash lock in which field <owner> must exist
 --              'z<member>' KEYS: a zset of leases scored by expiry (server
 --                          milliseconds); <member> must be there, unexpired
 --              'R<id>'     KEYS: a zset as for 'z', and a companion key that
 --                          lives as long (an RWMutex's read-count hash, a
---                          Mutex's queue)
+--                          queue's arrival order)
+--              'P<id>'     KEYS: a zset as for 'z', and two companion keys
+--                          (a Semaphore's main key and counts, for a permit;
+--                          its queue and main key, for a waiter)
+-- With no KEYS: ARGV[1] the lease, ARGV[2] the number n of leases,
+-- ARGV[3..n+2] their specs as above, and ARGV[n+3..] their keys.
 --
 -- Returns an array: element i is 1 when lease i was renewed, 0 when the hold
 -- is gone (or a key has another type). One bad key never fails the batch.
+-- With no KEYS, element i is -1 when a command on a key of lease i failed:
+-- its slot is not served here (moved, migrating, importing), the cluster is
+-- down, or the key has another type. The caller then renews that lease
+-- again with its keys in KEYS, through the node that serves its slot.
+--#include lib.lua
 local ttl = tonumber(ARGV[1])
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = now_ms()
+
+local keys, specs = KEYS, {}
+local cross = #KEYS == 0 -- the keys are in ARGV, maybe of many slots
+if cross then
+  local n = tonumber(ARGV[2])
+  keys = {}
+  for i = 3, n + 2 do
+    specs[#specs + 1] = ARGV[i]
+  end
+  for i = n + 3, #ARGV do
+    keys[#keys + 1] = ARGV[i]
+  end
+else
+  for i = 2, #ARGV do
+    specs[#specs + 1] = ARGV[i]
+  end
+end
+
+-- unsure is set when a command of the lease at hand failed with no KEYS:
+-- the server may not hold its key at all.
+local unsure = false
+
+-- The reply of the first command on a lease's key, or nil when it is an
+-- error: with KEYS, a key of another type (the lease is not held).
+local function read(...)
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    unsure = cross
+    return nil
+  end
+  return r
+end
+
+-- The reply of any later command. With KEYS, an error fails the call, as
+-- redis.call does; with no KEYS, it makes the lease unsure.
+local function call(...)
+  if not cross then
+    return redis.call(...)
+  end
+  local r = redis.pcall(...)
+  if type(r) == 'table' and r.err then
+    unsure = true
+    return nil
+  end
+  return r
+end
 
 -- Lengthen a key's expiry to at least ttl, if it has one.
-local function extend(key)
-  local pttl = redis.call('PTTL', key)
-  if pttl >= 0 and pttl < ttl then
-    redis.call('PEXPIRE', key, ttl)
+local function prolong(key)
+  local pttl = call('PTTL', key)
+  if pttl and pttl >= 0 and pttl < ttl then
+    call('PEXPIRE', key, ttl)
   end
 end
 
 local function renew_member(key, member)
-  local score = redis.pcall('ZSCORE', key, member)
+  local score = read('ZSCORE', key, member)
   if type(score) ~= 'string' or tonumber(score) <= now then
     return false
   end
-  redis.call('ZADD', key, 'XX', now + ttl, member)
-  extend(key)
+  call('ZADD', key, 'XX', now + ttl, member)
+  prolong(key)
   return true
 end
 
 local out = {}
 local k = 1
-for i = 2, #ARGV do
-  local spec = ARGV[i]
+for i, spec in ipairs(specs) do
   local kind, id = string.sub(spec, 1, 1), string.sub(spec, 2)
-  local key = KEYS[k]
+  local key = keys[k]
   local held = false
-  if kind == 's' then
-    held = redis.pcall('GET', key) == id
-    if held then redis.call('PEXPIRE', key, ttl) end
+  unsure = false
+  if kind == 'o' then
+    held = read('HGET', key, 'o') == id
+    if held then call('PEXPIRE', key, ttl) end
   elseif kind == 'h' then
-    held = redis.pcall('HEXISTS', key, id) == 1
-    if held then redis.call('PEXPIRE', key, ttl) end
+    held = read('HEXISTS', key, id) == 1
+    if held then call('PEXPIRE', key, ttl) end
   elseif kind == 'z' then
     held = renew_member(key, id)
   elseif kind == 'R' then
     held = renew_member(key, id)
-    if held then extend(KEYS[k + 1]) end
+    if held then prolong(keys[k + 1]) end
     k = k + 1
+  elseif kind == 'P' then
+    held = renew_member(key, id)
+    if held then
+      prolong(keys[k + 1])
+      prolong(keys[k + 2])
+    end
+    k = k + 2
   end
   k = k + 1
-  out[i - 1] = held and 1 or 0
+  if unsure then
+    out[i] = -1
+  else
+    out[i] = held and 1 or 0
+  end
 end
 return out

@@ -1,54 +1,184 @@
--- rw_common: prepended to every rw_*.lua script; not a script of its own.
+-- rw_common: the RWMutex, included by the rw_*.lua scripts; not a script of
+-- its own.
 --
--- An RWMutex named n keeps four keys, all with the hash tag {n}:
---   W   p{n}     hash  writer owner ID -> write hold count (one field at most);
---                      expires with the writer's lease
---   RL  p{n}:rl  zset  reader owner ID -> expiry of its read lease (server ms)
---   RC  p{n}:rc  hash  reader owner ID -> read hold count
---   WW  p{n}:ww  zset  waiting writer owner ID -> expiry of its waiting mark
--- and publishes on p{n}:ch. A reader whose lease expired is gone as soon as
--- any script purges it. A waiting mark keeps new readers out, which is what
--- makes the lock prefer writers.
+-- An RWMutex named n keeps five keys, all with the hash tag {n}:
+--   W   p{n}      hash  k: 'rwlock'
+--                       o: the writer's owner ID; absent while nobody writes
+--                       n: its write count (0: handed to it, not yet claimed)
+--                       f: the fencing token of the current or last write
+--   RL  p{n}:rl   zset  reader owner ID -> expiry of its read lease (server ms)
+--   RC  p{n}:rc   hash  reader owner ID -> read count (0: handed to it, not
+--                       yet claimed)
+--   Q   p{n}:mq   zset  waiter -> arrival (server microseconds): the queue
+--   QE  p{n}:mqe  zset  waiter -> expiry of its waiting mark (server ms)
+-- and publishes on p{n}:ch. W expires with the writer's lease; free of
+-- writers, it keeps k and f for fence_memory ms, and for as long as any
+-- reader holds (readers' renewals lengthen it too), so that the name keeps
+-- its kind while only readers hold it. A reader whose
+-- lease expired is dropped by the next script that purges. A waiter is
+-- '<lease>:<r|w><owner ID>': its fixed lease in ms (0: renewed by the
+-- watchdog), whether it reads or writes, and its owner.
+--
+-- Fairness, as sync.RWMutex gives it: while a writer waits, new readers
+-- queue behind it, so readers cannot starve writers; when a writer
+-- releases, every reader queued gets the lock at once, before the next
+-- writer, so writers cannot starve readers; when the last reader releases,
+-- the first writer queued gets it. A release that lets someone in hands the
+-- lock over directly, and publishes '<from>|1|g|<owner,...>|<token>' unless
+-- every owner it went to is on Client from, the caller.
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include lib.lua
+
+local fence_memory = 60000
+
+local function parse_rw(w)
+  local colon = string.find(w, ':', 1, true)
+  return tonumber(string.sub(w, 1, colon - 1)), string.sub(w, colon + 1, colon + 1), string.sub(w, colon + 2)
 end
 
--- Drop expired read leases and waiting marks.
-local function purge(RL, RC, WW, now)
-  local gone = redis.call('ZRANGEBYSCORE', RL, '-inf', now)
-  for _, owner in ipairs(gone) do
+-- An error reply when an auxiliary key is not of its type.
+local function rw_keys(RL, RC, Q, QE)
+  return aux_key(RL, 'zset') or aux_key(RC, 'hash') or aux_key(Q, 'zset') or aux_key(QE, 'zset')
+end
+
+-- Drop expired readers and waiters.
+local function purge(RL, RC, Q, QE, now)
+  for _, owner in ipairs(take_expired(RL, now)) do
     redis.call('HDEL', RC, owner)
   end
-  if #gone > 0 then
-    redis.call('ZREMRANGEBYSCORE', RL, '-inf', now)
-  end
-  redis.call('ZREMRANGEBYSCORE', WW, '-inf', now)
-end
-
--- Lengthen a key's expiry to at least ms.
-local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
+  for _, w in ipairs(take_expired(QE, now)) do
+    redis.call('ZREM', Q, w)
   end
 end
 
--- The release message for whoever can proceed now that the lock has changed
--- (see wait.go for its format), or nil when nobody new can.
-local function wake_message(from, W, RL, WW)
-  if redis.call('HLEN', W) > 0 then
-    return nil -- a writer holds it
-  end
-  local readers = redis.call('ZCARD', RL)
-  if redis.call('ZCARD', WW) > 0 then
-    if readers == 0 then
-      return from .. '|1|w' -- free: one waiting writer may take it
+-- Whether a writer is queued; and the first live waiter.
+local function writer_queued(Q)
+  for _, w in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+    local _, role = parse_rw(w)
+    if role == 'w' then
+      return true
     end
-    return nil -- readers hold it, and the waiting writer keeps new ones out
   end
-  if readers == 0 then
-    return from .. '|0|' -- free, no writer waiting: everyone may try
+  return false
+end
+
+-- The lease a waiter gets when handed the lock: its fixed lease, or what
+-- remains of its mark.
+local function handed_ttl(QE, w, lease, now)
+  local ttl = tonumber(redis.call('ZSCORE', QE, w) or '0') - now
+  if lease > 0 and lease < ttl then
+    ttl = lease
   end
-  return from .. '|0|r' -- read-held, no writer waiting: readers may join
+  return ttl
+end
+
+-- Publish a hand-over to owners unless all are the caller's own.
+local function announce(CH, from, owners, fence, ttl)
+  for _, o in ipairs(owners) do
+    if client_of(o) ~= from then
+      redis.call('PUBLISH', CH, msg_handed(from, table.concat(owners, ','), fence, ttl))
+      return
+    end
+  end
+end
+
+-- Hand the lock to every live reader queued (read count 0, unclaimed).
+-- Returns their owners, and the longest of their leases.
+local function grant_readers(RL, RC, Q, QE, CH, from, now)
+  local owners, longest = {}, 0
+  for _, w in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+    local lease, role, owner = parse_rw(w)
+    if role == 'r' then
+      local ttl = handed_ttl(QE, w, lease, now)
+      redis.call('ZREM', Q, w)
+      redis.call('ZREM', QE, w)
+      if ttl > 0 then
+        redis.call('ZADD', RL, now + ttl, owner)
+        redis.call('HSET', RC, owner, 0)
+        extend(RL, ttl)
+        extend(RC, ttl)
+        owners[#owners + 1] = owner
+        longest = math.max(longest, ttl)
+      end
+    end
+  end
+  if #owners > 0 then
+    announce(CH, from, owners, '0', longest)
+  end
+  return owners, longest
+end
+
+-- Hand W to the first live writer queued (write count 0, unclaimed), with
+-- the next fencing token after fence. Returns its owner and token, or nil.
+local function grant_writer(W, Q, QE, CH, from, now, fence)
+  for _, w in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+    local lease, role, owner = parse_rw(w)
+    if role == 'w' then
+      local ttl = handed_ttl(QE, w, lease, now)
+      redis.call('ZREM', Q, w)
+      redis.call('ZREM', QE, w)
+      if ttl > 0 then
+        local f = next_fence(fence)
+        redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 0, 'f', f)
+        redis.call('PEXPIRE', W, ttl)
+        announce(CH, from, {owner}, f, ttl)
+        return owner, f, ttl
+      end
+    end
+  end
+  return nil
+end
+
+-- While nobody writes, W keeps the lock's kind (and last token) for as long
+-- as any reader holds, and fence_memory at least, so that a primitive of
+-- another kind cannot take the name from readers. A writer's W expires with
+-- its lease, which this leaves alone.
+local function keep_kind(W, RL, now)
+  if redis.call('HEXISTS', W, 'o') == 1 then
+    return
+  end
+  redis.call('HSET', W, 'k', 'rwlock')
+  local last = redis.call('ZRANGE', RL, -1, -1, 'WITHSCORES')[2]
+  extend(W, math.max(fence_memory, tonumber(last or '0') - now))
+end
+
+-- No writer holds W: keep only its kind and last token.
+local function free_writer(W)
+  redis.call('HDEL', W, 'o', 'n')
+  redis.call('PEXPIRE', W, fence_memory)
+end
+
+-- Someone left: let in whoever may now proceed, if nobody writes. After a
+-- writer's release (after_writer) every reader queued goes first; else they
+-- go only when no writer is queued (a waiting writer keeps new readers out).
+-- The first writer queued goes when nobody holds the lock. Returns the
+-- owners handed to, comma-separated, or '', the writer's token or '', and
+-- the lease they got in ms (0: none).
+local function admit(after_writer, W, RL, RC, Q, QE, CH, from, now, fence)
+  if redis.call('HEXISTS', W, 'o') == 1 then
+    return '', '', 0
+  end
+  if after_writer or not writer_queued(Q) then
+    local readers, ttl = grant_readers(RL, RC, Q, QE, CH, from, now)
+    if #readers > 0 then
+      keep_kind(W, RL, now)
+      return table.concat(readers, ','), '', ttl
+    end
+  end
+  if redis.call('ZCARD', RL) > 0 then
+    keep_kind(W, RL, now)
+    return '', '', 0
+  end
+  local owner, f, ttl = grant_writer(W, Q, QE, CH, from, now, fence)
+  return owner or '', f or '', ttl or 0
+end
+
+-- Queue waiter (once) with its mark set to expire mark ms from now, and
+-- return 1 when it was not queued before.
+local function enqueue(Q, QE, waiter, s, us, now, mark)
+  local added = redis.call('ZADD', Q, 'NX', string.format('%d%06d', s, us), waiter)
+  redis.call('ZADD', QE, now + mark, waiter)
+  extend(Q, mark)
+  extend(QE, mark)
+  return added
 end

@@ -1,36 +1,61 @@
--- rw_try_read: take or re-enter a read hold (rw_common.lua is prepended).
+-- rw_try_read: take, claim or re-enter a read hold of an RWMutex, or queue
+-- for it (includes rw_common.lua).
 --
--- KEYS[1..4]  W, RL, RC, WW (see rw_common.lua)
--- ARGV[1]     the owner ID
--- ARGV[2]     lease in milliseconds
+-- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- ARGV[1]     the waiter: '<lease>:r<owner>'
+-- ARGV[2]     the lease to apply in ms
+-- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
+-- ARGV[4]     the Client's ID, for a grant message
 --
--- Returns the owner's read hold count (>= 1). A new owner is refused while
--- another owner writes or a writer waits; the writer itself may also read
--- (downgrade), and an owner that already reads may re-enter even when a
--- writer waits, or it would deadlock. Re-entry keeps the lease of the
--- owner's first read hold. When refused, returns -(ms until the
--- blocking writer's lease or waiting mark runs out), or 0 when unknown.
-local W, RL, RC, WW = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, ttl = ARGV[1], tonumber(ARGV[2])
-local now = now_ms()
-purge(RL, RC, WW, now)
-local is_writer = redis.call('HEXISTS', W, owner) == 1
-if not is_writer and redis.call('HLEN', W) > 0 then
-  local left = redis.call('PTTL', W)
-  if left > 0 then return -left end
-  return 0
+-- Returns {read count, ''} when the owner holds a read lock. A new reader
+-- is refused while another owner writes or a writer is queued; the writer
+-- itself may also read (downgrade), and an owner that already reads may
+-- re-enter even when a writer waits, or it would deadlock. Re-entry keeps
+-- the lease of the owner's first read hold. Otherwise returns {-(ms until
+-- the blocking lease runs out, at least 1; 0 for none), the writer or '',
+-- '', 1 when this try queued the owner anew else 0}, queueing the owner
+-- when ARGV[3] > 0. Keys of another kind fail with DLOCK_KIND before
+-- anything changes.
+--#include rw_common.lua
+local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local waiter, ttl, mark, from = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local _, _, owner = parse_rw(waiter)
+local v, bad = main_key(W, 'rwlock', 'o')
+if bad then
+  return bad
 end
-if not is_writer and redis.call('HEXISTS', RC, owner) == 0 then
-  local first = redis.call('ZRANGE', WW, 0, 0, 'WITHSCORES')
-  if first[1] then
-    return -math.max(tonumber(first[2]) - now, 1)
-  end
+bad = rw_keys(RL, RC, Q, QE)
+if bad then
+  return bad
 end
-local n = redis.call('HINCRBY', RC, owner, 1)
-if n == 1 then
-  -- Like reentrant_try.lua: the first hold's lease governs the whole hold.
+local s, us = now_parts()
+local now = s * 1000 + math.floor(us / 1000)
+purge(RL, RC, Q, QE, now)
+local writer = v[2]
+local n = tonumber(redis.call('HGET', RC, owner) or '-1')
+if n >= 1 then
+  return {redis.call('HINCRBY', RC, owner, 1), ''}
+end
+if n == 0 or writer == owner or not writer and not writer_queued(Q) then
+  -- A hand-over claimed, a writer reading, or a free lock: a fresh lease.
+  redis.call('HSET', RC, owner, 1)
   redis.call('ZADD', RL, now + ttl, owner)
   extend(RL, ttl)
   extend(RC, ttl)
+  keep_kind(W, RL, now)
+  redis.call('ZREM', Q, waiter)
+  redis.call('ZREM', QE, waiter)
+  return {1, ''}
 end
-return n
+local added = 0
+if mark > 0 then
+  added = enqueue(Q, QE, waiter, s, us, now, mark)
+end
+local left
+if writer then
+  left = redis.call('PTTL', W)
+else
+  local first = redis.call('ZRANGE', Q, 0, 0)[1]
+  left = first and tonumber(redis.call('ZSCORE', QE, first)) - now
+end
+return {refusal(left), writer or '', '', added}

@@ -1,41 +1,77 @@
--- rw_try_write: take or re-enter the write hold (rw_common.lua is prepended).
+-- rw_try_write: take, claim or re-enter the write hold of an RWMutex, or
+-- queue for it (includes rw_common.lua).
 --
--- KEYS[1..4]  W, RL, RC, WW (see rw_common.lua)
--- ARGV[1]     the owner ID
--- ARGV[2]     lease in milliseconds
+-- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- ARGV[1]     the waiter: '<lease>:w<owner>'
+-- ARGV[2]     the lease to apply in ms
 -- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
+-- ARGV[4]     the Client's ID, for a grant message
 --
--- Returns the owner's write hold count (>= 1). An owner that reads without
--- writing gets the error DLOCK_UPGRADE: waiting for its own read hold to end
--- would deadlock. When others hold the lock, sets the owner's waiting mark
--- (if ARGV[3] > 0) and returns -(ms until the earliest blocking lease runs
--- out), or 0 when unknown.
-local W, RL, RC, WW = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, ttl, mark = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local now = now_ms()
-purge(RL, RC, WW, now)
-if redis.call('HEXISTS', W, owner) == 1 then
-  return redis.call('HINCRBY', W, owner, 1)
+-- Returns {write count, token} when the owner holds the write lock (a new
+-- hold gets a new fencing token; re-entry keeps it and the lease). An owner
+-- that reads without writing gets DLOCK_UPGRADE: waiting for its own read
+-- hold to end would deadlock. Otherwise returns {-(ms until the earliest
+-- blocking lease runs out, at least 1; 0 for none), the blocking holder or
+-- '', '', 1 when this try queued the owner anew else 0}, queueing the owner
+-- when ARGV[3] > 0. Keys of another kind fail with DLOCK_KIND before
+-- anything changes.
+--#include rw_common.lua
+local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local waiter, ttl, mark, from = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local _, _, owner = parse_rw(waiter)
+local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
+if bad then
+  return bad
 end
+bad = rw_keys(RL, RC, Q, QE)
+if bad then
+  return bad
+end
+local holder, fence = v[2], v[4]
+if holder == owner then
+  if tonumber(v[3] or '1') >= 1 then
+    return {redis.call('HINCRBY', W, 'n', 1), fence}
+  end
+  redis.call('HSET', W, 'n', 1) -- a hand-over claimed
+  redis.call('PEXPIRE', W, ttl)
+  return {1, fence}
+end
+local s, us = now_parts()
+local now = s * 1000 + math.floor(us / 1000)
+purge(RL, RC, Q, QE, now)
 if redis.call('HEXISTS', RC, owner) == 1 then
   return redis.error_reply('DLOCK_UPGRADE the owner holds a read lock')
 end
-local writing = redis.call('HLEN', W) > 0
-if not writing and redis.call('ZCARD', RL) == 0 then
-  redis.call('HSET', W, owner, 1)
-  redis.call('PEXPIRE', W, ttl)
-  redis.call('ZREM', WW, owner)
-  return 1
+if not holder and redis.call('ZCARD', RL) == 0 then
+  local first = redis.call('ZRANGE', Q, 0, 0)[1]
+  if not first or first == waiter then
+    redis.call('ZREM', Q, waiter)
+    redis.call('ZREM', QE, waiter)
+    local f = next_fence(fence)
+    redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 1, 'f', f)
+    redis.call('PEXPIRE', W, ttl)
+    return {1, f}
+  end
+  -- Announced from nobody (''), so that the caller's own Client applies it
+  -- too: this try learns only whether the lock went to itself.
+  local to, f = admit(false, W, RL, RC, Q, QE, CH, '', now, fence)
+  if to == owner then
+    redis.call('HSET', W, 'n', 1) -- handed to this very try: claimed
+    redis.call('PEXPIRE', W, ttl)
+    return {1, f}
+  end
+  holder = redis.call('HGET', W, 'o')
 end
+local added = 0
 if mark > 0 then
-  redis.call('ZADD', WW, now + mark, owner)
-  extend(WW, mark)
+  added = enqueue(Q, QE, waiter, s, us, now, mark)
 end
 local left
-if writing then
+if holder then
   left = redis.call('PTTL', W)
 else
-  left = tonumber(redis.call('ZRANGE', RL, 0, 0, 'WITHSCORES')[2]) - now
+  local first = redis.call('ZRANGE', RL, 0, 0, 'WITHSCORES')
+  left = first[2] and (tonumber(first[2]) - now)
+  holder = first[1] or ''
 end
-if left > 0 then return -left end
-return 0
+return {refusal(left), holder, '', added}

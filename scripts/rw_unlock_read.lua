@@ -1,15 +1,28 @@
--- rw_unlock_read: drop one read hold (rw_common.lua is prepended).
+-- rw_unlock_read: drop one read hold of an RWMutex (includes
+-- rw_common.lua). When the last reader leaves, the first writer queued gets
+-- the lock (see rw_common.lua).
 --
--- KEYS[1..5]  W, RL, RC, WW (see rw_common.lua), and the channel
+-- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
 -- ARGV[1]     the owner ID
--- ARGV[2]     the releasing Client's ID, for the release message
+-- ARGV[2]     the Client's ID, for a grant message
 --
--- Returns {remaining read holds of the owner, message}: -1 when the owner
--- reads nothing (then nothing changes). When the last reader leaves, the
--- message for whoever can proceed is published and returned; else ''.
-local W, RL, RC, WW, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner = ARGV[1]
-purge(RL, RC, WW, now_ms())
+-- Returns {-1, ''} when the owner reads nothing (nothing changes), {n, ''}
+-- when it has n read holds left, or {0, owners, token}: released, and the
+-- lock handed to the owners listed ('' for none) with the writer's token
+-- (or '').
+--#include rw_common.lua
+local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local owner, from = ARGV[1], ARGV[2]
+local v, bad = main_key(W, 'rwlock', 'f')
+if bad then
+  return bad
+end
+bad = rw_keys(RL, RC, Q, QE)
+if bad then
+  return bad
+end
+local now = now_ms()
+purge(RL, RC, Q, QE, now)
 if redis.call('HEXISTS', RC, owner) == 0 then
   return {-1, ''}
 end
@@ -19,11 +32,5 @@ if n > 0 then
 end
 redis.call('HDEL', RC, owner)
 redis.call('ZREM', RL, owner)
-local msg = nil
-if redis.call('ZCARD', RL) == 0 then
-  msg = wake_message(ARGV[2], W, RL, WW)
-end
-if msg then
-  redis.call('PUBLISH', CH, msg)
-end
-return {0, msg or ''}
+local to, f, ttl = admit(false, W, RL, RC, Q, QE, CH, from, now, v[2])
+return {0, to, f, ttl}

@@ -1,26 +1,35 @@
--- rw_unlock_write: drop one write hold (rw_common.lua is prepended).
+-- rw_unlock_write: drop one write hold of an RWMutex (includes
+-- rw_common.lua). The last one releases the write lock, to every reader
+-- queued, else to the first writer queued (see rw_common.lua).
 --
--- KEYS[1..5]  W, RL, RC, WW (see rw_common.lua), and the channel
+-- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
 -- ARGV[1]     the owner ID
--- ARGV[2]     the releasing Client's ID, for the release message
+-- ARGV[2]     the Client's ID, for a grant message
 --
--- Returns {remaining write holds of the owner, message}: -1 when the owner
--- does not write (then nothing changes). When the write lock is released,
--- the message for whoever can proceed (one writer, all readers, or all) is
--- published and returned; else ''.
-local W, RL, RC, WW, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner = ARGV[1]
-purge(RL, RC, WW, now_ms())
-if redis.call('HEXISTS', W, owner) == 0 then
+-- Returns {-1, ''} when the owner does not write (nothing changes), {n, ''}
+-- when it has n write holds left, or {0, owners, token}: released, handed to
+-- the owners listed (comma-separated, '' for none), with the writer's token
+-- (or '').
+--#include rw_common.lua
+local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local owner, from = ARGV[1], ARGV[2]
+local v, bad = main_key(W, 'rwlock', 'o', 'f')
+if bad then
+  return bad
+end
+bad = rw_keys(RL, RC, Q, QE)
+if bad then
+  return bad
+end
+if v[2] ~= owner then
   return {-1, ''}
 end
-local n = redis.call('HINCRBY', W, owner, -1)
+local n = redis.call('HINCRBY', W, 'n', -1)
 if n > 0 then
   return {n, ''}
 end
-redis.call('DEL', W)
-local msg = wake_message(ARGV[2], W, RL, WW)
-if msg then
-  redis.call('PUBLISH', CH, msg)
-end
-return {0, msg or ''}
+free_writer(W)
+local now = now_ms()
+purge(RL, RC, Q, QE, now)
+local to, f, ttl = admit(true, W, RL, RC, Q, QE, CH, from, now, v[3])
+return {0, to, f, ttl}

@@ -5,98 +5,115 @@
 // The scripts are wrapped once in redis.NewScript and always run with Run (or
 // EvalSha with an Eval fallback), so Redis caches them by SHA1 and a SCRIPT
 // FLUSH or restart costs one extra round trip, never an error.
+//
+// # Shared helpers
+//
+// Helpers live once: lib.lua (the server's clock, expired-member cleanup,
+// expiry lengthening, and the release-message format that protocol.go owns
+// on the Go side), and one *_common.lua per data model (the Mutex queue, the
+// RWMutex, the Semaphore) stating that model and its own helpers. A script
+// takes them with a line '--#include <file>', which is replaced by the file,
+// itself resolved the same way; a file is included at most once per script.
+//
+// Where the line stands matters. Redis runs the whole script on every call,
+// and defining Lua functions costs about a microsecond per call, a seventh
+// of a small script's cost. Most scripts include their helpers at the top.
+// The exclusive lock's try and unlock, whose uncontended case is the hot
+// path, handle that case first with a few lines of their own and include
+// their helpers after it has returned, so that it pays for nothing it does
+// not use.
+//
+// # Script flags
+//
+// A script may open with a shebang line that sets Redis 7 script flags
+// ('#!lua flags=...'). Redis reads it only as the script's very first line,
+// so the line stays first: includes resolve after it, and an included file
+// must have none (loading the package panics otherwise).
 package scripts
 
 import (
-	_ "embed"
+	"embed"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed mutex_common.lua
-	mutexCommon string
-	//go:embed mutex_cancel.lua
-	mutexCancel string
-	//go:embed mutex_try.lua
-	mutexTry string
-	//go:embed mutex_unlock.lua
-	mutexUnlock string
-	//go:embed reentrant_try.lua
-	reentrantTry string
-	//go:embed reentrant_unlock.lua
-	reentrantUnlock string
-	//go:embed force_unlock.lua
-	forceUnlock string
-	//go:embed renew.lua
-	renew string
-	//go:embed rw_common.lua
-	rwCommon string
-	//go:embed rw_try_read.lua
-	rwTryRead string
-	//go:embed rw_try_write.lua
-	rwTryWrite string
-	//go:embed rw_unlock_read.lua
-	rwUnlockRead string
-	//go:embed rw_unlock_write.lua
-	rwUnlockWrite string
-	//go:embed rw_cancel_write.lua
-	rwCancelWrite string
-	//go:embed sem_common.lua
-	semCommon string
-	//go:embed sem_try.lua
-	semTry string
-	//go:embed sem_release.lua
-	semRelease string
-	//go:embed sem_cancel.lua
-	semCancel string
-	//go:embed sem_permits.lua
-	semPermits string
-	//go:embed sem_available.lua
-	semAvailable string
-	//go:embed latch_count_down.lua
-	latchCountDown string
-	//go:embed latch_set.lua
-	latchSet string
-)
+//go:embed *.lua
+var files embed.FS
 
 // The scripts, ready to Run. See each .lua file for its contract.
 var (
-	// The Mutex scripts include mutex_common.lua where they say so.
-	MutexTry    = redis.NewScript(include(mutexTry, "mutex_common.lua", mutexCommon))
-	MutexUnlock = redis.NewScript(include(mutexUnlock, "mutex_common.lua", mutexCommon))
-	MutexCancel = redis.NewScript(include(mutexCancel, "mutex_common.lua", mutexCommon))
+	ExclTry    = load("excl_try.lua")
+	ExclUnlock = load("excl_unlock.lua")
+	ExclCancel = load("excl_cancel.lua")
+	ExclForce  = load("excl_force.lua")
+	ExclState  = load("excl_state.lua")
 
-	ReentrantTry    = redis.NewScript(reentrantTry)
-	ReentrantUnlock = redis.NewScript(reentrantUnlock)
-	ForceUnlock     = redis.NewScript(forceUnlock)
-	Renew           = redis.NewScript(renew)
+	Renew     = load("renew.lua")
+	RenewNode = load("renew_node.lua")
 
-	// The RWMutex scripts share rw_common.lua, prepended to each.
-	RWTryRead     = redis.NewScript(rwCommon + rwTryRead)
-	RWTryWrite    = redis.NewScript(rwCommon + rwTryWrite)
-	RWUnlockRead  = redis.NewScript(rwCommon + rwUnlockRead)
-	RWUnlockWrite = redis.NewScript(rwCommon + rwUnlockWrite)
-	RWCancelWrite = redis.NewScript(rwCommon + rwCancelWrite)
+	RWTryRead     = load("rw_try_read.lua")
+	RWTryWrite    = load("rw_try_write.lua")
+	RWUnlockRead  = load("rw_unlock_read.lua")
+	RWUnlockWrite = load("rw_unlock_write.lua")
+	RWCancel      = load("rw_cancel.lua")
+	RWState       = load("rw_state.lua")
+	RWForce       = load("rw_force.lua")
 
-	// The Semaphore scripts share sem_common.lua, prepended to each.
-	SemTry       = redis.NewScript(semCommon + semTry)
-	SemRelease   = redis.NewScript(semCommon + semRelease)
-	SemCancel    = redis.NewScript(semCommon + semCancel)
-	SemPermits   = redis.NewScript(semCommon + semPermits)
-	SemAvailable = redis.NewScript(semCommon + semAvailable)
+	SemTry       = load("sem_try.lua")
+	SemRelease   = load("sem_release.lua")
+	SemCancel    = load("sem_cancel.lua")
+	SemPermits   = load("sem_permits.lua")
+	SemAvailable = load("sem_available.lua")
+	SemDrain     = load("sem_drain.lua")
+	SemDelete    = load("sem_delete.lua")
 
-	LatchSet       = redis.NewScript(latchSet)
-	LatchCountDown = redis.NewScript(latchCountDown)
+	LatchSet       = load("latch_set.lua")
+	LatchCountDown = load("latch_count_down.lua")
+	LatchState     = load("latch_state.lua")
+	LatchDelete    = load("latch_delete.lua")
+
+	ElectionProclaim = load("election_proclaim.lua")
+	ElectionLeader   = load("election_leader.lua")
+
+	State = load("state.lua")
+
+	Redlock = load("redlock.lua")
 )
 
-// include replaces the line "--#include <name>" in script with body. A
-// script without that line is a bug, caught when the package loads.
-func include(script, name, body string) string {
-	line := "--#include " + name + "\n"
-	if strings.Count(script, line) != 1 {
-		panic("scripts: " + name + " must be included exactly once")
+func load(name string) *redis.Script {
+	return redis.NewScript(Source(name))
+}
+
+// Source returns the script in file name with its includes resolved. A
+// missing file is a bug, caught when the package loads.
+func Source(name string) string {
+	return resolve(name, map[string]bool{})
+}
+
+const includeMark = "--#include "
+
+func resolve(name string, seen map[string]bool) string {
+	body, err := files.ReadFile(name)
+	if err != nil {
+		panic("scripts: " + err.Error())
 	}
-	return strings.Replace(script, line, body, 1)
+	top := len(seen) == 0
+	seen[name] = true
+	var out strings.Builder
+	first := true
+	for line := range strings.Lines(string(body)) {
+		if strings.HasPrefix(line, "#!") && !(top && first) {
+			panic("scripts: " + name + ": a shebang line must be the script's first line")
+		}
+		first = false
+		inc, ok := strings.CutPrefix(strings.TrimRight(line, "\n"), includeMark)
+		switch {
+		case !ok:
+			out.WriteString(line)
+		case !seen[inc]:
+			out.WriteString(resolve(inc, seen))
+		}
+	}
+	return out.String()
 }

@@ -1,13 +1,18 @@
--- sem_cancel: take a waiter that stops waiting out of the queue
--- (sem_common.lua is prepended); those behind it may now be served.
+-- sem_cancel: take a waiter that stops waiting out of the queue (includes
+-- sem_common.lua); those behind it may now be served.
 --
 -- KEYS[1..6]  M, H, C, Q, QE (see sem_common.lua), and the channel
 -- ARGV[1]     the waiter ID
 -- ARGV[2]     the Client's ID, for the release message
 --
 -- Returns the message published for the waiters now served, or ''.
+--#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
+local _, bad = sem_state(M, H, C, Q, QE)
+if bad then
+  return bad
+end
 purge(M, H, C, Q, QE, now_ms())
 if redis.call('ZREM', Q, id) == 0 then
   return ''

@@ -1,44 +1,72 @@
--- sem_common: prepended to every sem_*.lua script; not a script of its own.
+-- sem_common: the Semaphore, included by every sem_*.lua script; not a
+-- script of its own.
 --
 -- A Semaphore named n keeps five keys, all with the hash tag {n}:
---   M   p{n}     hash  'total' permits, 'used' by live permits, 'seq' counter
+--   M   p{n}     hash  k: 'semaphore'; total: the permits in all (absent
+--                      until set); used: permits held by live permits; seq:
+--                      the queue's arrival counter; f: the fencing token of
+--                      the last permit; x: the idle expiry in ms, if any
 --   H   p{n}:h   zset  permit ID -> expiry of its lease (server ms)
 --   C   p{n}:c   hash  permit or waiter ID -> how many permits it holds or needs
 --   Q   p{n}:q   zset  waiter ID -> arrival number (the queue)
 --   QE  p{n}:qe  zset  waiter ID -> expiry of its waiting mark (server ms)
--- and publishes on p{n}:ch. Nothing expires by key TTL: expired permits and
--- waiters are purged by whichever script runs next.
+-- and publishes on p{n}:ch. Expired permits and waiters are purged by
+-- whichever script runs next. Without an idle expiry the keys persist; with
+-- one, every script that touches the semaphore sets their expiry to at least
+-- x ms, and the watchdog's renewals of permits and waiting marks keep them
+-- alive while those last: a semaphore nobody uses vanishes x ms after its
+-- last use, total and all.
 --
 -- Fairness: waiters are served in arrival order. A request may take permits
 -- only if the free permits also cover every queued request ahead of it (all
 -- of the queue, for a request that is not queued), so a large request is
--- never starved by a stream of small ones.
+-- never starved by a stream of small ones. A request for more than the
+-- total waits, like any other, until the total is raised.
 
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+--#include lib.lua
+
+-- The main key's fields, after its kind: {kind, total, used, x, f}, or nil
+-- and an error reply when any key is not this semaphore's.
+local function sem_state(M, H, C, Q, QE)
+  local v, bad = main_key(M, 'semaphore', 'total', 'used', 'x', 'f')
+  if bad then
+    return nil, bad
+  end
+  bad = aux_key(H, 'zset') or aux_key(C, 'hash') or aux_key(Q, 'zset') or aux_key(QE, 'zset')
+  if bad then
+    return nil, bad
+  end
+  return v
+end
+
+-- With an idle expiry (ms, or nil), keep every key alive at least that long.
+local function touch(M, H, C, Q, QE, idle)
+  idle = tonumber(idle or '')
+  if idle and idle > 0 then
+    for _, k in ipairs({M, H, C, Q, QE}) do
+      if redis.call('EXISTS', k) == 1 then
+        extend(k, idle)
+      end
+    end
+  end
 end
 
 -- Return expired permits to the pool and drop waiters whose mark expired.
 -- Returns how many entries it removed: when any, others may now be served.
 local function purge(M, H, C, Q, QE, now)
-  local gone = redis.call('ZRANGEBYSCORE', H, '-inf', now)
+  local gone = take_expired(H, now)
   if #gone > 0 then
     local freed = 0
     for _, id in ipairs(gone) do
       freed = freed + tonumber(redis.call('HGET', C, id) or '0')
       redis.call('HDEL', C, id)
     end
-    redis.call('ZREMRANGEBYSCORE', H, '-inf', now)
     redis.call('HINCRBY', M, 'used', -freed)
   end
-  local left = redis.call('ZRANGEBYSCORE', QE, '-inf', now)
-  if #left > 0 then
-    for _, id in ipairs(left) do
-      redis.call('HDEL', C, id)
-      redis.call('ZREM', Q, id)
-    end
-    redis.call('ZREMRANGEBYSCORE', QE, '-inf', now)
+  local left = take_expired(QE, now)
+  for _, id in ipairs(left) do
+    redis.call('HDEL', C, id)
+    redis.call('ZREM', Q, id)
   end
   return #gone + #left
 end
@@ -63,25 +91,20 @@ end
 
 -- Publish, and return, the release message naming the queued waiters that
 -- the free permits can serve now, in queue order; '' when there are none.
--- A waiter wanting more than the total is named too, so that it learns so
--- at once instead of holding the queue up.
 local function wake_servable(M, C, Q, CH, from)
-  local avail, total = available(M)
+  local avail = available(M)
   local ids = {}
   for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
     local need = tonumber(redis.call('HGET', C, id) or '0')
-    if total and need > total then
-      ids[#ids + 1] = id
-    elseif need > avail then
+    if need > avail then
       break
-    else
-      avail = avail - need
-      ids[#ids + 1] = id
     end
+    avail = avail - need
+    ids[#ids + 1] = id
   end
   if #ids == 0 then return '' end
   -- (ids is bounded by the queue; each is a 26-character ID.)
-  local msg = from .. '|0||' .. table.concat(ids, ',')
+  local msg = msg_ids(from, ids)
   redis.call('PUBLISH', CH, msg)
   return msg
 end

@@ -1,4 +1,4 @@
--- sem_release: give a permit's permits back (sem_common.lua is prepended).
+-- sem_release: give a permit's permits back (includes sem_common.lua).
 --
 -- KEYS[1..6]  M, H, C, Q, QE (see sem_common.lua), and the channel
 -- ARGV[1]     the permit ID
@@ -7,8 +7,13 @@
 -- Returns {permits returned, message}: -1 when the permit is not held (a
 -- second release, or its lease expired); then nothing changes. The message,
 -- published when non-empty, names the waiters the free permits now serve.
+--#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
+local v, bad = sem_state(M, H, C, Q, QE)
+if bad then
+  return bad
+end
 purge(M, H, C, Q, QE, now_ms())
 if not redis.call('ZSCORE', H, id) then
   return {-1, ''}
@@ -17,4 +22,5 @@ local n = tonumber(redis.call('HGET', C, id) or '0')
 redis.call('HINCRBY', M, 'used', -n)
 redis.call('ZREM', H, id)
 redis.call('HDEL', C, id)
+touch(M, H, C, Q, QE, v[4])
 return {n, wake_servable(M, C, Q, CH, ARGV[2])}

@@ -1,28 +1,31 @@
--- sem_try: take n permits, or join the queue (sem_common.lua is prepended).
+-- sem_try: take n permits, or join the queue (includes sem_common.lua).
 --
 -- KEYS[1..6]  M, H, C, Q, QE (see sem_common.lua), and the channel
 -- ARGV[1]     the permit ID (also the waiter ID while queued; random)
 -- ARGV[2]     n, the permits wanted (>= 1)
 -- ARGV[3]     the permit's lease in milliseconds
 -- ARGV[4]     waiting mark lease in ms; 0 for a try that will not wait
---
 -- ARGV[5]     the Client's ID, for the release message
 --
--- Returns 1 when the permits were taken. Otherwise, if ARGV[4] > 0, queues
--- the request (once) and returns -(ms until the earliest permit lease or
--- waiting mark runs out, when someone may move), or 0 when unknown. Fails
--- with DLOCK_TOOMANY when n exceeds the total. When the purge of expired
--- permits or waiters lets queued requests through, it publishes so.
+-- Returns {1, token} when the permits were taken, with the permit's fencing
+-- token. Otherwise, if ARGV[4] > 0, queues the request (once) and returns
+-- {-(ms until the earliest permit lease or waiting mark runs out, at least
+-- 1; 0 when none), '', '', 1 when this try queued it anew else 0}. When the
+-- purge of expired permits or waiters lets queued requests through, it
+-- publishes so. Keys of another kind fail with DLOCK_KIND before anything
+-- changes.
+--#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, n, ttl, mark = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local v, bad = sem_state(M, H, C, Q, QE)
+if bad then
+  return bad
+end
 local now = now_ms()
 if purge(M, H, C, Q, QE, now) > 0 then
   wake_servable(M, C, Q, CH, ARGV[5])
 end
-local avail, total = available(M)
-if total and n > total then
-  return redis.error_reply('DLOCK_TOOMANY ' .. n .. ' permits wanted, ' .. total .. ' in all')
-end
+local avail = available(M)
 local rank = redis.call('ZRANK', Q, id)
 local ahead
 if rank then
@@ -31,17 +34,26 @@ else
   ahead = needed(C, Q, 1, redis.call('ZCARD', Q))
 end
 if ahead + n <= avail then
+  local f = next_fence(v[5])
   redis.call('HINCRBY', M, 'used', n)
+  redis.call('HSET', M, 'k', 'semaphore', 'f', f)
   redis.call('ZADD', H, now + ttl, id)
   redis.call('HSET', C, id, n)
   redis.call('ZREM', Q, id)
   redis.call('ZREM', QE, id)
-  return 1
+  touch(M, H, C, Q, QE, v[4])
+  return {1, f}
 end
-if mark > 0 and not rank then
-  redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), id)
+local added = 0
+if mark > 0 then
+  if not rank then
+    redis.call('HSET', M, 'k', 'semaphore')
+    redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), id)
+    redis.call('HSET', C, id, n)
+    added = 1
+  end
   redis.call('ZADD', QE, now + mark, id)
-  redis.call('HSET', C, id, n)
+  touch(M, H, C, Q, QE, v[4])
 end
 local next = nil
 for _, z in ipairs({H, QE}) do
@@ -50,7 +62,4 @@ for _, z in ipairs({H, QE}) do
     next = tonumber(first[2])
   end
 end
-if next and next > now then
-  return -(next - now)
-end
-return 0
+return {refusal(next and next - now), '', '', added}

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/redistest"
-	"github.com/dlock-go/dlock/pubsub"
 )
 
 func TestMain(m *testing.M) {

@@ -1,0 +1,143 @@
+package dlock
+
+import (
+	"container/heap"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The watchdog's clock: the goroutine that ends leases at their deadlines,
+// the heap that orders them, and the reporter that records their ends. See
+// watchdog.go.
+
+// expiredCause is why a lease whose deadline passed is lost.
+func (w *watchdog) expiredCause(l *lease) error {
+	if l.renew {
+		return fmt.Errorf("%w: not renewed within the %v lease", ErrLost, l.ttl)
+	}
+	return fmt.Errorf("%w: the %v lease expired", ErrLost, l.ttl)
+}
+
+// runClock ends leases at their deadlines.
+func (w *watchdog) runClock() {
+	w.loop(w.clockKick, func() (time.Duration, bool) {
+		next := w.expire()
+		return next, next > 0
+	})
+}
+
+// loop runs step, then again whenever kick fires or the time step returned
+// has passed (false: no time, only a kick), until the watchdog stops.
+func (w *watchdog) loop(kick chan struct{}, step func() (time.Duration, bool)) {
+	defer w.loops.Done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		if next, ok := step(); ok {
+			timer.Reset(next)
+		}
+		select {
+		case <-w.stop:
+			return
+		case <-timer.C:
+		case <-kick:
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// expire ends every lease whose deadline has passed and returns how long
+// until the next deadline (0: none). A lease being released is left to its
+// release, out of the heap until the release settles.
+func (w *watchdog) expire() time.Duration {
+	w.mu.Lock()
+	defer w.unlockAsync()
+	now := w.mono(time.Now())
+	for w.deadlines.Len() > 0 && w.deadlines[0].deadline <= now {
+		l := w.deadlines[0]
+		if l.releasing {
+			heap.Pop(&w.deadlines)
+			continue
+		}
+		w.endLocked(l, leaseLost, w.expiredCause(l))
+	}
+	if w.deadlines.Len() == 0 {
+		return 0
+	}
+	return time.Duration(w.deadlines[0].deadline - now)
+}
+
+// leaseHeap orders leases by deadline, earliest first. Each lease knows its
+// index (idx), -1 when out of the heap.
+type leaseHeap []*lease
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h leaseHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx, h[j].idx = i, j
+}
+func (h *leaseHeap) Push(x any) {
+	l := x.(*lease)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *leaseHeap) Pop() any {
+	old := *h
+	l := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	l.idx = -1
+	return l
+}
+
+// reportQueue hands ends from the clock and the renewer to the reporter
+// goroutine, which records them.
+type reportQueue struct {
+	mu     sync.Mutex
+	q      []ending
+	closed bool
+	kick   chan struct{}
+}
+
+func (r *reportQueue) init() { r.kick = make(chan struct{}, 1) }
+
+func (r *reportQueue) push(q []ending) {
+	if len(q) == 0 {
+		return
+	}
+	r.mu.Lock()
+	r.q = append(r.q, q...)
+	r.mu.Unlock()
+	kick(r.kick)
+}
+
+func (r *reportQueue) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	kick(r.kick)
+}
+
+// run reports ends until the queue is closed and drained.
+func (r *reportQueue) run(w *watchdog, done chan struct{}) {
+	defer close(done)
+	for range r.kick {
+		r.mu.Lock()
+		q, closed := r.q, r.closed
+		r.q = nil
+		r.mu.Unlock()
+		for _, e := range q {
+			e.l.of.report(w, e.state, e.cause)
+		}
+		if closed {
+			return
+		}
+	}
+}

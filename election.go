@@ -1,0 +1,214 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// Election elects one leader among campaigners, across processes, as etcd's
+// concurrency.Election does, on dlock's machinery: the leader holds an
+// exclusive lock of its own kind ("election"), renewed by the watchdog (or
+// for a WithLease lease), with a fencing token per term; campaigners wait
+// in its queue in Redis and are served in arrival order, woken by pub/sub;
+// the leader's value lives in the lock's key, so it expires with the lease.
+//
+// Make one with Client.Election. One Election handle campaigns for one
+// leadership at a time; use one handle per candidate. Its methods are safe
+// for concurrent use.
+type Election struct {
+	m *Mutex
+
+	mu    sync.Mutex // orders Campaign and Resign on the handle
+	value string     // the value the handle's leadership proclaimed
+}
+
+// Election returns a handle on the election called name. It sends nothing
+// to Redis. WithLease fixes the leader's lease instead of the watchdog's
+// renewals. An empty name or an invalid option makes every method return an
+// error wrapping ErrInvalid.
+func (c *Client) Election(name string, opts ...LockOption) *Election {
+	return &Election{m: c.newMutex(kindElectionName, name, opts)}
+}
+
+// Name returns the election's name, without the key prefix.
+func (e *Election) Name() string { return e.m.name }
+
+// Campaign blocks until the handle is the leader, ctx ends, or the Client
+// closes; then it publishes value as the leader's, which Leader returns and
+// Observe delivers. Uncontended it costs two round trips: one to take the
+// leadership, one to publish the value and notify observers.
+//
+// When ctx ends first, it returns an error matching ErrNotObtained and
+// ctx.Err(), and leaves nothing behind. A handle that already leads
+// publishes the new value and returns at once (as etcd's Proclaim does).
+// The leadership lasts until Resign, or until it is lost (see Lost).
+func (e *Election) Campaign(ctx context.Context, value string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	m := e.m
+	if !m.leads() {
+		if err := m.lock(ctx, "dlock.Election.Campaign"); err != nil {
+			return err
+		}
+	}
+	if err := e.proclaim(ctx, value); err != nil {
+		_ = m.unlock(context.WithoutCancel(ctx), "dlock.Election.Resign")
+		return err
+	}
+	e.value = value
+	return nil
+}
+
+// leads reports whether the handle holds its lock and has not lost it.
+func (m *Mutex) leads() bool {
+	m.mu.Lock()
+	l := m.hold
+	m.mu.Unlock()
+	return l != nil && m.c.wd.isHeld(&l.lease)
+}
+
+// proclaim publishes value as the handle's leadership's.
+func (e *Election) proclaim(ctx context.Context, value string) error {
+	m := e.m
+	m.mu.Lock()
+	l := m.hold
+	m.mu.Unlock()
+	if l == nil {
+		return opErr("campaign", m.name, "", ErrLost)
+	}
+	c := m.c
+	ok, err := c.script(detach(ctx), scripts.ElectionProclaim, []string{m.keys[0], m.keys[1], m.channel}, l.spec.id, value, c.id).Int()
+	if err != nil {
+		return m.fail("campaign", err)
+	}
+	if ok != 1 {
+		c.wd.lose(&l.lease, fmt.Errorf("%w: leadership gone before its value was published", ErrLost))
+		return opErr("campaign", m.name, "", ErrLost)
+	}
+	// This Client's own observers: the notice it published is ignored here.
+	c.waits.wake(m.channel, wakeSpec{kind: kindObserver}, wakeRelease)
+	return nil
+}
+
+// Resign gives the leadership up, handing it to the next campaigner queued,
+// if any. It returns an error matching ErrNotHeld when the handle does not
+// lead, and ErrLost when its leadership was lost before.
+func (e *Election) Resign(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.m.unlock(ctx, "dlock.Election.Resign")
+}
+
+// Leader returns the current leader's value, in one round trip. It returns
+// an error matching ErrNoLeader when nobody leads (or the leader elected a
+// moment ago has not yet published its value).
+func (e *Election) Leader(ctx context.Context) (string, error) {
+	li, err := e.leader(ctx)
+	if err != nil {
+		return "", err
+	}
+	if li.id == "" {
+		return "", opErr("leader", e.m.name, "", ErrNoLeader)
+	}
+	return li.value, nil
+}
+
+// leaderInfo is the leader as scripts/election_leader.lua reports it; id
+// is "" when there is none.
+type leaderInfo struct {
+	id, value string
+	left      time.Duration
+	token     uint64
+}
+
+func (e *Election) leader(ctx context.Context) (leaderInfo, error) {
+	m := e.m
+	if err := m.usable(); err != nil {
+		return leaderInfo{}, err
+	}
+	res, err := m.c.script(ctx, scripts.ElectionLeader, m.keys[:1]).Slice()
+	if err != nil {
+		return leaderInfo{}, m.fail("leader", err)
+	}
+	var li leaderInfo
+	if len(res) == 4 {
+		li.id, _ = res[0].(string)
+		li.value, _ = res[1].(string)
+		ms, _ := res[2].(int64)
+		li.left = time.Duration(ms) * time.Millisecond
+		token, _ := res[3].(string)
+		li.token, _ = strconv.ParseUint(token, 10, 64)
+	}
+	return li, nil
+}
+
+// Observe returns a channel that delivers the value of each new leader
+// (each term, and each value a leader publishes anew), starting with the
+// current one, if any, until ctx ends or the Client closes; then it is
+// closed. It does not poll: it is woken by the notice each new leader
+// publishes, and looks again on its own only when the leader's lease ends
+// (a leader that died), or every so often while nobody leads, in case a
+// notice was missed. Values are delivered in order; a slow reader delays
+// the next one, and never misses the latest.
+func (e *Election) Observe(ctx context.Context) <-chan string {
+	out := make(chan string)
+	m := e.m
+	if m.usable() != nil {
+		close(out)
+		return out
+	}
+	go func() {
+		defer close(out)
+		var last leaderInfo
+		look := func() (bool, time.Duration, error) {
+			li, err := e.leader(detach(ctx))
+			if err != nil {
+				// Redis unreachable: look again after a while.
+				return false, m.c.markLease(), nil
+			}
+			if li.id != "" && (li.id != last.id || li.value != last.value) {
+				select {
+				case out <- li.value:
+					last = li
+				case <-ctx.Done():
+					return false, 0, ctx.Err()
+				}
+			}
+			if li.id == "" {
+				return false, m.c.markLease(), nil
+			}
+			return false, li.left, nil
+		}
+		if _, _, err := look(); err != nil {
+			return
+		}
+		as := waitAs{kind: kindObserver, id: m.c.waiterID(), metric: kindElectionName + "_observer"}
+		_ = m.c.wait(ctx, "observe", m.name, m.channel, as, 0, look)
+	}()
+	return out
+}
+
+// Token returns the fencing token of the handle's leadership (its term), or
+// 0 when it does not lead. Each term's token is greater than every earlier
+// term's (see Mutex.Token).
+func (e *Election) Token() uint64 { return e.m.Token() }
+
+// Lost returns a channel that is closed if the handle's leadership is lost
+// (see Mutex.Lost), or nil when it does not lead.
+func (e *Election) Lost() <-chan struct{} { return e.m.Lost() }
+
+// HoldContext returns a copy of parent that is cancelled when the handle's
+// leadership ends: by Resign, or by loss (see Mutex.HoldContext).
+func (e *Election) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
+	return e.m.HoldContext(parent)
+}
+
+// Status reads the election in one round trip (see Mutex.Status).
+func (e *Election) Status(ctx context.Context) (Status, error) {
+	return e.m.status(ctx, kindElectionName)
+}

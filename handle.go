@@ -1,0 +1,138 @@
+package dlock
+
+import (
+	"context"
+	"runtime"
+	"time"
+)
+
+// handle is what every primitive's handle shares: its Client, its kind and
+// name, its main key and channel, its lease, and the error bad input left,
+// which every call then returns.
+type handle struct {
+	c       *Client
+	kind    string // the dlock.kind attribute (kindMutexName, ...)
+	name    string
+	key     string        // p{name}; auxiliary keys add a suffix
+	channel string        // where releases are published
+	keys    []string      // every key of the primitive, main key first, then the channel
+	lease   time.Duration // fixed lease; 0: the watchdog renews holds
+	err     error
+}
+
+// newHandle makes the handle of a primitive whose auxiliary keys are its
+// main key with the given suffixes.
+func (c *Client) newHandle(kind, name string, lease time.Duration, err error, suffixes ...string) handle {
+	if err == nil {
+		err = checkName(name)
+	}
+	key := lockKey(c.cfg.prefix, name)
+	h := handle{c: c, kind: kind, name: name, key: key, channel: channelOf(key), lease: lease, err: err}
+	h.keys = append(h.keys, key)
+	for _, s := range suffixes {
+		h.keys = append(h.keys, key+s)
+	}
+	h.keys = append(h.keys, h.channel)
+	return h
+}
+
+// usable reports the error a call must return before touching Redis: a bad
+// Client or handle, or a closed Client.
+func (h *handle) usable() error {
+	switch c := h.c; {
+	case c.err != nil:
+		return c.err
+	case h.err != nil:
+		return h.err
+	case c.closed.Load():
+		return ErrClosed
+	}
+	return nil
+}
+
+// begin opens the span of a call that is not an acquisition (a release, a
+// count-down) and checks that it may proceed. The span is open even when an
+// error is returned, so the caller can end it with that error.
+func (h *handle) begin(ctx context.Context, spanName string) (context.Context, span, error) {
+	ctx, sp := h.c.tel.start(ctx, h.kind, spanName, h.name, h.spanLease())
+	return ctx, sp, h.usable()
+}
+
+// beginAcquire is begin for an acquisition, which also fails, as not
+// obtained, when ctx has already ended.
+func (h *handle) beginAcquire(ctx context.Context, spanName, op string) (context.Context, span, error) {
+	ctx, sp, err := h.begin(ctx, spanName)
+	if err == nil && ctx.Err() != nil {
+		err = notObtained(op, h.name, ctx)
+	}
+	return ctx, sp, err
+}
+
+// spanLease is the lease a span reports: fixed, watchdog (0), or none (-1)
+// for primitives without holds.
+func (h *handle) spanLease() time.Duration {
+	if h.kind == kindLatchName {
+		return -1
+	}
+	return h.lease
+}
+
+// terms returns the lease a hold gets and whether the watchdog renews it.
+func (h *handle) terms() (time.Duration, bool) {
+	if h.lease > 0 {
+		return time.Duration(millis(h.lease)) * time.Millisecond, false
+	}
+	return h.c.watchdogLease(), true
+}
+
+// watchdogLease is the lease of holds the watchdog renews, in whole
+// milliseconds.
+func (c *Client) watchdogLease() time.Duration {
+	return time.Duration(millis(c.cfg.watchdog)) * time.Millisecond
+}
+
+// markLease is the lease of a waiting caller's place in a queue: a third of
+// the watchdog timeout, renewed three times as often as holds. A waiter that
+// dies then holds its queue up for at most that long: the lock may be handed
+// to it first, for what is left of its mark.
+func (c *Client) markLease() time.Duration { return markLease(c.cfg.watchdog) }
+
+func markLease(timeout time.Duration) time.Duration {
+	return time.Duration(millis(timeout/3)) * time.Millisecond
+}
+
+// fail turns an error from Redis met by op into dlock's error for it.
+func (h *handle) fail(op string, err error) error { return redisErr(op, h.name, h.kind, h.key, err) }
+
+// wakeUnknown wakes every local waiter after a release whose reply was lost:
+// the release may have happened, and this Client ignores its own release
+// messages. A needless wake-up costs one retry.
+func (h *handle) wakeUnknown(err error) {
+	if !isRedisError(err) {
+		h.c.waits.wake(h.channel, wakeAll, wakeLocal)
+	}
+}
+
+// handedTo wakes the waiters of this Client that a script handed the
+// primitive to, under the holder IDs given (others are another Client's,
+// which the script's message reaches, and name no waiter here), with the
+// hold's fencing token, and tells this Client's other waiters on it when
+// the new hold (a lease of ttl) ends: scripts publish no message for the
+// waiters of the calling Client.
+//
+// Having woken one, the caller yields its processor, as sync.Mutex does when
+// it hands over in starvation mode: the new holder, not the old one, should
+// run next.
+func (h *handle) handedTo(ids []string, token uint64, ttl time.Duration) {
+	if h.c.waits.wake(h.channel, wakeSpec{kind: kindHanded, ids: ids, fence: token, ttl: ttl}, wakeLocal) > 0 {
+		runtime.Gosched()
+	}
+}
+
+// wakeLocal applies a release message a script published to this Client's
+// own waiters, whose echo the Client ignores.
+func (h *handle) wakeLocal(msg string) {
+	if msg != "" {
+		h.c.waits.wake(h.channel, decodeRelease(msg).wake, wakeLocal)
+	}
+}

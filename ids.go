@@ -1,0 +1,123 @@
+package dlock
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"strings"
+	"unicode/utf8"
+)
+
+// IDs. Every ID dlock writes to Redis for a hold or a waiter starts with its
+// Client's ID and a dot, so that a script, a release message or an
+// inspection can tell which Client it belongs to. A Client's ID is its name,
+// escaped, a '~', and a random part:
+//
+//	web-1%2Eprod:4242~MZXW6YTBOI...
+//
+// The escape keeps out of the name the characters that the scripts and
+// release messages use as separators: '.' (after the Client ID), ',' and
+// '|' (release messages), '~' (before the random part), whitespace, control
+// characters and '%' itself, each written as %XX. Owners named with
+// WithOwner are escaped the same way.
+
+// maxClientName is the longest Client name WithClientName accepts, in bytes.
+const maxClientName = 128
+
+// defaultClientName is the name a Client gets without WithClientName: the
+// host name and the process ID, "host:pid".
+func defaultClientName() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+func checkClientName(name string) error {
+	switch {
+	case name == "":
+		return invalidf("empty client name")
+	case len(name) > maxClientName:
+		return invalidf("client name longer than %d bytes", maxClientName)
+	case !utf8.ValidString(name):
+		return invalidf("client name %q is not UTF-8", name)
+	}
+	return nil
+}
+
+// newClientID returns a fresh ID for a Client called name.
+func newClientID(name string) string {
+	return escapeID(name) + "~" + rand.Text()
+}
+
+// escapeID writes s with the characters IDs reserve as %XX.
+func escapeID(s string) string {
+	if !strings.ContainsFunc(s, reservedInID) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < utf8.RuneSelf && reservedInID(rune(c)) {
+			fmt.Fprintf(&b, "%%%02X", c)
+		} else {
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+func reservedInID(r rune) bool {
+	switch r {
+	case '.', ',', '|', '~', '%', ' ', 0x7f:
+		return true
+	}
+	return r < ' '
+}
+
+// unescapeID undoes escapeID; text it did not write comes back as it is.
+func unescapeID(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '%' && i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			b.WriteByte(unhex(s[i+1])<<4 | unhex(s[i+2]))
+			i += 2
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'A' <= c && c <= 'F' || 'a' <= c && c <= 'f' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+// clientOf returns the ID of the Client a holder or waiter ID belongs to:
+// every such ID starts with it and a dot.
+func clientOf(id string) string {
+	c, _, _ := strings.Cut(id, ".")
+	return c
+}
+
+// clientNameOf returns the name of the Client a holder or waiter ID belongs
+// to, as WithClientName set it ("" for an ID that has none, such as one
+// written by a dlock version before names).
+func clientNameOf(id string) string {
+	name, _, ok := strings.Cut(clientOf(id), "~")
+	if !ok {
+		return ""
+	}
+	return unescapeID(name)
+}

@@ -1,0 +1,201 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// The Redlock's renewals: its watchdog (watchdog.go) keeps one lease per
+// hold, whose deadline is the quorum's, and sends its renewal calls through
+// sendRenewals, which runs each on every master at once.
+
+// Per master, what a renewal found for one lease.
+const (
+	rlGone    int8 = 0  // the master does not have the key as the holder's
+	rlRenewed int8 = 1  // renewed
+	rlFailed  int8 = -1 // no answer: the request failed or timed out
+)
+
+// sendRenewals renews the leases of calls on every master in parallel, each
+// with the node timeout. A lease is renewed when a quorum of masters renewed
+// it, and its new deadline counts from when the renewals were sent (the
+// watchdog's rule), which every master's new expiry follows. A lease is
+// lost at once when so many masters no longer have it that the others
+// cannot make a quorum. Otherwise (masters that did not answer could still
+// make one) its renewal failed: the watchdog tries again at its next tick,
+// and the lease ends at its deadline if no round reaches a quorum by then.
+//
+// Renewed leases are then re-acquired, with their own ID and token, on the
+// masters that no longer had them (a master restarted or flushed), so that
+// the hold keeps as many masters as it can. Lost leases are released on the
+// masters that still had them.
+func (r *Redlock) sendRenewals(ctx context.Context, calls []renewCall, settle func(renewResult)) {
+	var leases []*lease
+	for _, c := range calls {
+		leases = append(leases, c.leases...)
+	}
+	ttl := leases[0].ttl
+	sent := time.Now()
+	got, answered := fanOut(r, ctx, nodeTimeout(ttl), func(ctx context.Context, n *rlNode) []int8 {
+		return renewOn(ctx, n.rdb, calls, len(leases))
+	})
+	for i := range got {
+		if !answered[i] {
+			got[i] = slices.Repeat([]int8{rlFailed}, len(leases))
+		}
+	}
+	var wg sync.WaitGroup
+
+	// One script call per call and master, each of its call's size.
+	out := renewResult{sent: sent}
+	for range r.nodes {
+		for _, c := range calls {
+			out.scripts = append(out.scripts, len(c.leases))
+		}
+	}
+	type fix struct {
+		node int
+		l    *lease
+	}
+	var reacquire, release []fix
+	for k, l := range leases {
+		ones, fails := 0, 0
+		for i := range r.nodes {
+			switch got[i][k] {
+			case rlRenewed:
+				ones++
+			case rlFailed:
+				fails++
+			}
+		}
+		call := renewCall{leases: []*lease{l}}
+		var reply renewReply
+		switch {
+		case ones >= r.quorum:
+			reply.res = []int64{1}
+			for i := range r.nodes {
+				if got[i][k] == rlGone {
+					reacquire = append(reacquire, fix{i, l})
+				}
+			}
+		case ones+fails < r.quorum:
+			reply.res = []int64{0}
+			for i := range r.nodes {
+				if got[i][k] == rlRenewed {
+					release = append(release, fix{i, l})
+				}
+			}
+		default:
+			reply.err = fmt.Errorf("redlock: renewed on %d of %d masters, %d unreachable; a quorum is %d", ones, len(r.nodes), fails, r.quorum)
+		}
+		out.calls = append(out.calls, call)
+		out.replies = append(out.replies, reply)
+	}
+	settle(out)
+
+	for _, f := range reacquire {
+		wg.Go(func() { r.reacquire(ctx, f.node, f.l) })
+	}
+	for _, f := range release {
+		wg.Go(func() { r.releaseLease(ctx, f.node, f.l) })
+	}
+	wg.Wait()
+}
+
+// rlReacquireHook, when set (by tests), runs between the check that a hold
+// is kept and its re-acquire.
+var rlReacquireHook atomic.Pointer[func()]
+
+// reacquire takes hold l's key again on a master that lost it. The hold may
+// be released (or lost) while the request is on its way, and a release's
+// 'u' may reach the master first: so once the master granted it, the hold
+// is checked again, and the key given back if the hold is no longer kept.
+// The release marks the hold before it sends its 'u', so either the release
+// finds the key or this does.
+func (r *Redlock) reacquire(ctx context.Context, node int, l *lease) {
+	h, ok := l.of.(*hold)
+	if !ok || !r.keeping(l) {
+		return
+	}
+	if hook := rlReacquireHook.Load(); hook != nil {
+		(*hook)()
+	}
+	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.ttl))
+	defer cancel()
+	res, err := scripts.Redlock.Run(nctx, r.nodes[node].rdb, redlockKeys(l.key), "r", h.kind, l.spec.id, millis(l.ttl), strconv.FormatUint(h.token, 10)).Slice()
+	if err == nil {
+		if n, _, perr := pair(res); perr != nil || n < 1 {
+			return // refused: the key is someone else's
+		}
+	}
+	if !r.keeping(l) {
+		// Granted, or failed in transit (it may have been granted).
+		r.releaseLease(ctx, node, l)
+	}
+}
+
+// releaseLease frees lease l's key on one master, if l holds it there.
+func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease) {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.ttl))
+	defer cancel()
+	_ = scripts.Redlock.Run(nctx, r.nodes[node].rdb, redlockKeys(l.key), "u", kindMutexName, l.spec.id, 0, "0", r.c.id).Err()
+}
+
+// renewOn runs the renewal calls on one master, in one pipeline (a second
+// one, with the script's source, if the master's script cache is empty),
+// and returns what it found for each lease, in order.
+func renewOn(ctx context.Context, rdb redis.UniversalClient, calls []renewCall, leases int) []int8 {
+	out := make([]int8, leases)
+	cmds := make([]*redis.Cmd, len(calls))
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, c := range calls {
+			cmds[i] = scripts.Renew.EvalSha(ctx, p, c.keys, c.args...)
+		}
+		return nil
+	})
+	if isNoScript(cmds[0].Err()) {
+		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, c := range calls {
+				cmds[i] = scripts.Renew.Eval(ctx, p, c.keys, c.args...)
+			}
+			return nil
+		})
+	}
+	k := 0
+	for i, c := range calls {
+		res, err := cmds[i].Int64Slice()
+		if err == nil && len(res) != len(c.leases) {
+			err = fmt.Errorf("renew: %d results for %d keys", len(res), len(c.leases))
+		}
+		for j := range c.leases {
+			switch {
+			case err != nil:
+				out[k] = rlFailed
+			case res[j] == 1:
+				out[k] = rlRenewed
+			default:
+				out[k] = rlGone
+			}
+			k++
+		}
+	}
+	return out
+}
+
+// keeping reports whether l is still held and not being released: only
+// then is it re-acquired on masters that lost it.
+func (r *Redlock) keeping(l *lease) bool {
+	w := r.c.wd
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return l.state == leaseHeld && !l.releasing
+}

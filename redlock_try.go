@@ -1,0 +1,332 @@
+package dlock
+
+// A Redlock Mutex's tries: one try asks every master at once (rlTry),
+// decides on a quorum, writes the token back, and gives back what it does
+// not keep; acquire and attempt run Lock and TryLock on it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// rlReply is one master's answer to a try.
+type rlReply struct {
+	node    int
+	granted bool
+	token   uint64
+	holder  string
+	left    time.Duration
+	err     error
+}
+
+// rlTry is one try on every master: it collects the replies, and once the
+// outcome is decided, gives back what late replies grant if the try failed.
+type rlTry struct {
+	rm     *rlMutex
+	id     string
+	ttl    time.Duration
+	sent   time.Time
+	nodeTO time.Duration
+
+	mu      sync.Mutex
+	decided bool
+	keep    bool      // decided: the try holds, until abandoned
+	held    *hold     // kept: the hold it made
+	replies []rlReply // in arrival order
+	arrived chan struct{}
+}
+
+// run sends the try to every master, with requests on ctx. It returns the
+// replies that decide it: when a quorum granted, or when so many refused or
+// failed that no quorum can, or when done is closed (the caller's context
+// ended: the replies so far, the others counted as failed).
+func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64) []rlReply {
+	r := t.rm.r
+	n := len(r.nodes)
+	t.arrived = make(chan struct{}, n)
+	t.sent = time.Now()
+	for _, node := range r.nodes {
+		r.goCall(func() {
+			cctx, cancel := context.WithTimeout(ctx, t.nodeTO)
+			res, err := scripts.Redlock.Run(cctx, node.rdb, t.rm.keys, "t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10)).Slice()
+			cancel()
+			rep := decodeRedlockTry(node.index, res, err)
+			t.mu.Lock()
+			t.replies = append(t.replies, rep)
+			decided, keep, held := t.decided, t.keep, t.held
+			if t.decided && len(t.replies) == len(r.nodes) {
+				t.rm.live.Delete(t.id)
+			}
+			t.mu.Unlock()
+			// A late grant joins a kept try's hold only while the hold is
+			// kept: one that ended (lost, closed) or is being released
+			// has no use for it. Unlock and ForceUnlock abandon the try
+			// before their scripts go out, so either they find the key or
+			// this gives it back.
+			late := decided && (!keep || held != nil && !r.keeping(&held.lease))
+			if late && (rep.granted || rep.err != nil) {
+				t.rm.release(node, t.id)
+			}
+			t.arrived <- struct{}{}
+		})
+	}
+	timer := time.NewTimer(overrun(t.nodeTO))
+	defer timer.Stop()
+	for {
+		var now bool
+		select {
+		case <-t.arrived:
+		case <-timer.C:
+			now = true
+		case <-done:
+			now = true
+		}
+		if now {
+			// Masters that have not answered count as failed; their
+			// replies, when they come, are handled as late ones.
+			t.mu.Lock()
+			out := slices.Clone(t.replies)
+			t.mu.Unlock()
+			for _, node := range r.nodes {
+				if !slices.ContainsFunc(out, func(rep rlReply) bool { return rep.node == node.index }) {
+					out = append(out, rlReply{node: node.index, err: errNodeTimeout})
+				}
+			}
+			return out
+		}
+		t.mu.Lock()
+		granted, other := 0, 0
+		for _, rep := range t.replies {
+			if rep.granted {
+				granted++
+			} else {
+				other++
+			}
+		}
+		if granted >= r.quorum || other > n-r.quorum || len(t.replies) == n {
+			out := slices.Clone(t.replies)
+			t.mu.Unlock()
+			return out
+		}
+		t.mu.Unlock()
+	}
+}
+
+// giveBack decides the try given back, and waits for the give-backs unless
+// ctx ends first (they go on in the background, and Close waits for them).
+func (t *rlTry) giveBack(ctx context.Context) {
+	select {
+	case <-t.decide(false, nil):
+	case <-ctx.Done():
+	}
+}
+
+// decide settles the try: kept, later grants join the hold (renewals and
+// release cover every master); given back, every grant, and every reply
+// that failed in transit (it may have been granted), is released. The
+// channel it returns is closed when the give-backs are done.
+func (t *rlTry) decide(keep bool, held *hold) <-chan struct{} {
+	t.mu.Lock()
+	t.decided, t.keep, t.held = true, keep, held
+	reps := slices.Clone(t.replies)
+	if keep && len(reps) < len(t.rm.r.nodes) {
+		t.rm.live.Store(t.id, t)
+	}
+	t.mu.Unlock()
+	done := make(chan struct{})
+	if keep {
+		close(done)
+		return done
+	}
+	r := t.rm.r
+	var wg sync.WaitGroup
+	for _, rep := range reps {
+		if rep.granted || rep.err != nil {
+			wg.Add(1)
+			r.goCall(func() {
+				defer wg.Done()
+				t.rm.release(r.nodes[rep.node], t.id)
+			})
+		}
+	}
+	r.goCall(func() {
+		wg.Wait()
+		close(done)
+	})
+	return done
+}
+
+func decodeRedlockTry(node int, res []any, err error) rlReply {
+	rep := rlReply{node: node, err: err}
+	if err != nil {
+		return rep
+	}
+	n, text, err := pair(res)
+	if err != nil {
+		rep.err = err
+		return rep
+	}
+	if n >= 1 {
+		rep.granted = true
+		rep.token, rep.err = parseToken(text)
+		if rep.err != nil {
+			rep.granted = false
+		}
+		return rep
+	}
+	rep.holder, rep.left = text, time.Duration(-n)*time.Millisecond
+	return rep
+}
+
+// errNoQuorum is why a Redlock try failed with too many masters unreachable.
+var errNoQuorum = errors.New("dlock: redlock: no quorum of masters answered")
+
+// attempt makes one try. It reports whether the caller holds the lock; when
+// not, how long the lease of the holder that refused has left at most, and
+// whether the votes were split (some granted): then the caller should wait a
+// random moment before trying again.
+func (rm *rlMutex) attempt(ctx context.Context, op string) (ok bool, left time.Duration, split bool, err error) {
+	r, m := rm.r, rm.m
+	ttl, renew := m.terms()
+	t := &rlTry{rm: rm, id: r.c.newToken(), ttl: ttl, nodeTO: nodeTimeout(ttl)}
+	// The requests do not end with ctx, so that what they did is known and
+	// can be given back; the caller waits for them only while ctx lasts.
+	nc := detach(ctx)
+	reps := t.run(nc, ctx.Done(), r.proposal())
+	if ctx.Err() != nil {
+		t.giveBack(ctx)
+		return false, 0, false, notObtained(op, m.name, ctx)
+	}
+
+	var granted []rlReply
+	var failed error
+	for _, rep := range reps {
+		switch {
+		case rep.granted:
+			granted = append(granted, rep)
+		case rep.err != nil:
+			failed = rep.err
+		default:
+			left = max(left, rep.left)
+			blocked(ctx, rep.holder, rep.left)
+		}
+	}
+	if len(granted) < r.quorum {
+		t.giveBack(ctx)
+		for _, rep := range reps {
+			if rep.err != nil && isRedisError(rep.err) {
+				return false, 0, false, m.fail(op, rep.err) // a key of another kind, say
+			}
+		}
+		if errs := countErr(reps); errs > 0 && len(granted)+errs >= r.quorum {
+			// The masters that failed could have made the quorum: the try
+			// failed for want of masters, not because the lock is held.
+			return false, left, len(granted) > 0, m.fail(op, fmt.Errorf("%w: %w", errNoQuorum, failed))
+		}
+		return false, left, len(granted) > 0, nil
+	}
+
+	// The token: the maximum over the grants, written back to those that
+	// issued less, until a quorum has it.
+	var token uint64
+	for _, rep := range granted {
+		token = max(token, rep.token)
+	}
+	have := 0
+	var lower []int
+	for _, rep := range granted {
+		if rep.token == token {
+			have++
+		} else {
+			lower = append(lower, rep.node)
+		}
+	}
+	if have < r.quorum {
+		wrote := make(chan bool, len(lower))
+		for _, i := range lower {
+			r.goCall(func() {
+				wctx, cancel := context.WithTimeout(nc, t.nodeTO)
+				defer cancel()
+				n, err := scripts.Redlock.Run(wctx, r.nodes[i].rdb, rm.keys, "w", m.kind, t.id, 0, strconv.FormatUint(token, 10)).Int64()
+				wrote <- err == nil && n == 1
+			})
+		}
+	collect:
+		for range lower {
+			select {
+			case ok := <-wrote:
+				if ok {
+					have++
+				}
+			case <-ctx.Done():
+				break collect
+			}
+		}
+	}
+	r.sawToken(token)
+	if have < r.quorum {
+		t.giveBack(ctx)
+		return false, 0, true, nil
+	}
+	if ctx.Err() != nil {
+		t.giveBack(ctx)
+		return false, 0, false, notObtained(op, m.name, ctx)
+	}
+	// Validity: lease − elapsed − drift, on the monotonic clock.
+	if left := time.Until(leaseDeadline(t.sent, ttl)); left < minValidity(ttl) {
+		t.giveBack(ctx)
+		m.c.cfg.logger.Warn("dlock: redlock grant came too late; given back",
+			"name", m.name, "lease_left", left.String(), "lease", ttl.String())
+		return false, 0, true, nil
+	}
+	l := newHold(ctx, &m.handle, m.key, leaseSpec{specHolder, t.id}, ttl, renew, t.sent)
+	l.token = token
+	m.mu.Lock()
+	old := m.hold
+	m.hold = l
+	m.mu.Unlock()
+	if old != nil {
+		m.c.wd.lose(&old.lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
+	}
+	if !m.c.wd.add(&l.lease) {
+		m.mu.Lock()
+		if m.hold == l {
+			m.hold = nil
+		}
+		m.mu.Unlock()
+		t.giveBack(ctx)
+		return false, 0, false, closedErr(op, m.name)
+	}
+	t.decide(true, l)
+	annotate(ctx, attrHoldCount.Int(1), attrToken.Int64(int64(token)))
+	return true, 0, false, nil
+}
+
+func countErr(reps []rlReply) int {
+	n := 0
+	for _, rep := range reps {
+		if rep.err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// acquire runs Lock (block) or TryLock.
+func (rm *rlMutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
+	ok, left, split, err := rm.attempt(ctx, op)
+	if block && errors.Is(err, errNoQuorum) {
+		err, split = nil, true // look again soon
+	}
+	if err != nil || ok || !block {
+		return ok, err
+	}
+	return rm.wait(ctx, op, left, split)
+}

@@ -1,0 +1,134 @@
+package dlock
+
+// A blocked Redlock Lock: the wait loop, its timer, and its subscriptions
+// to the lock's release channel on every master.
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// wait blocks until a try succeeds, ctx ends or the Redlock closes. It
+// follows the wait protocol of wait.go, with a subscription on every master:
+// a release on any of them wakes the oldest local waiter.
+func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, split bool) (bool, error) {
+	m, c := rm.m, rm.r.c
+	channel := rm.keys[2]
+	id := c.waiterID()
+	w, err := c.waits.join(channel, waitAs{id: id})
+	if err != nil {
+		return false, waitErr(op, m.name, err)
+	}
+	// A subscription confirmed before this waiter took it gets no
+	// confirmation call: the waiter looks again at once, as a release may
+	// have come between its try and now.
+	subs := rm.subscribe(channel, sync.OnceFunc(func() {
+		c.waits.wake(channel, wakeSpec{ids: []string{id}}, wakeSubscribed)
+	}))
+	acquired := false
+	defer func() {
+		c.waits.leave(w, acquired)
+		subs.release()
+	}()
+	attempts := 1
+	timer := time.NewTimer(rm.after(left, split, attempts))
+	defer timer.Stop()
+	for {
+		select {
+		case why := <-w.wake:
+			if why == wakeClosed {
+				return false, closedErr(op, m.name)
+			}
+			if why == wakeRetime {
+				continue
+			}
+			wokeUp(ctx, wakeReasonNames[why], attempts+1)
+		case <-timer.C:
+			wokeUp(ctx, "timer", attempts+1)
+		case <-ctx.Done():
+			return false, notObtained(op, m.name, ctx)
+		}
+		c.waits.attempt(w)
+		attempts++
+		ok, left, split, err := rm.attempt(ctx, op)
+		if err != nil && !errors.Is(err, errNoQuorum) {
+			return false, err
+		}
+		if ok {
+			acquired = true
+			return true, nil
+		}
+		if err != nil {
+			split = true // masters unreachable: look again soon, not at a lease
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(rm.after(left, split, attempts))
+	}
+}
+
+// after is how long a waiter sleeps without a wake-up: a short random time
+// after a split vote (so that two callers do not split again), else just
+// past the holder's lease.
+func (rm *rlMutex) after(left time.Duration, split bool, attempts int) time.Duration {
+	if split {
+		ttl, _ := rm.m.terms()
+		ceiling := min(time.Duration(attempts)*5*time.Millisecond, max(ttl/20, 5*time.Millisecond), 200*time.Millisecond)
+		return time.Millisecond + rand.N(ceiling)
+	}
+	return rm.r.c.retryAfter(left)
+}
+
+// rlSubs is a waiter's subscriptions to a channel on every master; they are
+// taken in the background, so that a master that does not answer holds
+// nobody up.
+type rlSubs struct {
+	channel  string
+	mu       sync.Mutex
+	released bool
+	held     []*rlNode
+}
+
+func (rm *rlMutex) subscribe(channel string, confirmed func()) *rlSubs {
+	s := &rlSubs{channel: channel}
+	for _, n := range rm.r.nodes {
+		rm.r.goCall(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+			ok, err := n.hub.Acquire(ctx, channel)
+			cancel()
+			if err != nil {
+				return
+			}
+			if ok {
+				confirmed()
+			}
+			s.mu.Lock()
+			if s.released {
+				s.mu.Unlock()
+				n.hub.Release(channel)
+				return
+			}
+			s.held = append(s.held, n)
+			s.mu.Unlock()
+		})
+	}
+	return s
+}
+
+func (s *rlSubs) release() {
+	s.mu.Lock()
+	s.released = true
+	held := s.held
+	s.held = nil
+	s.mu.Unlock()
+	for _, n := range held {
+		n.hub.Release(s.channel)
+	}
+}

@@ -1,0 +1,52 @@
+package dlock
+
+import "fmt"
+
+// The release lifecycle, shared by every call that gives a hold up (Unlock,
+// RUnlock, Release): the primitive marks its hold as being released (so that
+// a renewal racing the release does not report it lost), runs its release
+// script, and hands the outcome to settleRelease, which ends the hold or
+// keeps it, and says what the caller returns. Whom the release wakes is the
+// primitive's own rule.
+
+// beginRelease marks l as being released; nil (nothing tracked) is allowed.
+func (h *handle) beginRelease(l *hold) {
+	if l != nil {
+		h.c.wd.beginRelease(&l.lease)
+	}
+}
+
+// settleRelease records the outcome of op's release script for hold l (nil
+// when this Client tracks none): err when the script failed to run, else
+// remaining, the holds the owner has left (0: released; -1: it held none;
+// more: a counted hold that goes on).
+func (h *handle) settleRelease(op string, l *hold, remaining int64, err error) error {
+	w := h.c.wd
+	switch {
+	case err != nil:
+		if l != nil {
+			w.abortRelease(&l.lease, true) // renewals stop: the hold ends by its lease
+		}
+		return err
+	case remaining > 0:
+		if l == nil {
+			return nil
+		}
+		w.abortRelease(&l.lease, false) // still held: renewals go on
+		l.count = remaining
+		if cause := w.lostCause(l); cause != nil {
+			return opErr(op, h.name, "", cause)
+		}
+		return nil
+	case remaining < 0 && l == nil:
+		return opErr(op, h.name, "", ErrNotHeld)
+	case remaining < 0:
+		w.lose(&l.lease, fmt.Errorf("%w: hold gone at %s", ErrLost, op))
+		return opErr(op, h.name, "", ErrLost, ErrNotHeld)
+	case l != nil:
+		if cause := w.released(&l.lease); cause != nil {
+			return opErr(op, h.name, "", cause)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// warmConns is how many connections a Client sets up for renewals when it
+// first talks to Redis (see renewals).
+const warmConns = 4
+
+// renewals is how the watchdog's renewal calls reach Redis: pipelines, which
+// go-redis runs on a pool of their own (Options.PipelinePoolSize), apart from
+// the connections the caller's own commands use.
+//
+// After the Client's first round trip, it sets up warmConns connections in
+// that pool, by that many one-PING pipelines at once; they then wait there,
+// warm. go-redis needs three round trips to set up a connection (HELLO,
+// CLIENT MAINT_NOTIFICATIONS, CLIENT SETINFO); a renewal that had to dial one
+// would come three round trips late, which on a slow network is longer than
+// a new hold has left before its first renewal must be back. (Connections
+// of its own, from go-redis's Conn, would be surer, but their set-up races
+// with the pool's on the client's shared options, and go-redis's race
+// detector builds flag it.)
+type renewals struct {
+	rdb    redis.UniversalClient
+	cached atomic.Bool // the server has cached the renewal script
+
+	// On a cluster (see renew_cluster.go):
+	perSlot    atomic.Bool // the servers reject script flags: calls per slot (still sent per node)
+	nodeMu     sync.Mutex
+	nodeCached map[string]bool // by node address and script SHA1: the node has the script cached
+	nodeScript *redis.Script   // nil: scripts.RenewNode (tests set another before the first renewal)
+
+	mu     sync.Mutex // orders warm-ups before close
+	closed bool
+	warm   sync.WaitGroup
+}
+
+// prepare sets up warm connections in the pipeline pool, in the background.
+func (r *renewals) prepare() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	for range warmConns {
+		r.warm.Add(1)
+		go func() {
+			defer r.warm.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// A failure only leaves the pool colder.
+			_, _ = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Ping(ctx)
+				return nil
+			})
+		}()
+	}
+}
+
+// send runs a chunk's renewal calls: on a cluster, per node (merged when
+// the servers allow it: see sendPerNode); elsewhere, in one pipeline.
+func (r *renewals) send(ctx context.Context, calls []renewCall, settle func(renewResult)) {
+	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
+		r.sendPerNode(ctx, cc, calls, settle)
+		return
+	}
+	settle(r.pipeline(ctx, calls))
+}
+
+// pipeline runs renewal calls in one pipeline, each with its keys in KEYS
+// (so on a cluster, each call's keys in one slot, routed by go-redis).
+// Until the server is known to have the renewal script cached, the first
+// call carries its source (EVAL), which caches it for the calls behind it;
+// so a Client's first renewal costs one round trip even on a slow network.
+// Calls that still meet an empty script cache (after SCRIPT FLUSH, a
+// restart, a failover, or on another cluster node) are sent again with the
+// source: one more round trip, never one per call. The send time is the
+// first pipeline's.
+func (r *renewals) pipeline(ctx context.Context, calls []renewCall) renewResult {
+	cmds := make([]*redis.Cmd, len(calls))
+	withSource := !r.cached.Load()
+	sent := time.Now()
+	_, _ = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range calls {
+			if i == 0 && withSource {
+				cmds[i] = scripts.Renew.Eval(ctx, p, b.keys, b.args...)
+			} else {
+				cmds[i] = scripts.Renew.EvalSha(ctx, p, b.keys, b.args...)
+			}
+		}
+		return nil
+	})
+	var again []int
+	for i, cmd := range cmds {
+		if isNoScript(cmd.Err()) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		r.cached.Store(cmds[0].Err() == nil)
+	} else {
+		r.cached.Store(false)
+		_, _ = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range again {
+				cmds[i] = scripts.Renew.Eval(ctx, p, calls[i].keys, calls[i].args...)
+			}
+			return nil
+		})
+	}
+	out := renewResult{calls: calls, replies: make([]renewReply, len(calls)), sent: sent, scripts: make([]int, len(calls))}
+	for i, cmd := range cmds {
+		out.replies[i].res, out.replies[i].err = cmd.Int64Slice()
+		out.scripts[i] = len(calls[i].leases)
+	}
+	return out
+}
+
+// close waits for warm-ups in flight.
+func (r *renewals) close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	r.warm.Wait()
+}

@@ -1,0 +1,322 @@
+package dlock
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"time"
+)
+
+// The watchdog's renewer: the schedule of renewals, the queue of renewal
+// pipelines, and the goroutines that send them. See watchdog.go; how the
+// pipelines reach Redis is renewals.go's.
+
+// renewCall is one call of scripts/renew.lua: the leases it renews, with
+// their keys and specs in order.
+type renewCall struct {
+	leases []*lease
+	keys   []string
+	args   []any
+}
+
+// renewReply is the reply to one renewal call: per lease, 1 when it was
+// renewed and 0 when its hold is gone; or the error that failed the call.
+type renewReply struct {
+	res []int64
+	err error
+}
+
+// renewResult is what one request of renewal calls came back with.
+type renewResult struct {
+	calls   []renewCall
+	replies []renewReply // one per call
+	sent    time.Time    // when the request went out, or earlier
+	scripts []int        // the leases of each script call it carried
+	notice  error        // something to log once, not a failure of these calls
+}
+
+// renewSender sends a chunk's renewal calls, without waiting for other
+// chunks in flight, and hands every call's reply to settle as soon as it
+// has it: all at once, or in parts (a cluster's nodes answer separately).
+// It returns when every call has been settled.
+type renewSender func(ctx context.Context, calls []renewCall, settle func(renewResult))
+
+const (
+	// renewCallsPerRound caps the script calls one pipeline carries, so that
+	// a round of many leases goes out as several pipelines in parallel.
+	renewCallsPerRound = 50
+	// renewKeysPerRound caps the keys of a chunk on a cluster, where calls
+	// are per hash slot and the sender merges them per node (see
+	// renew_cluster.go): a chunk there fills as many calls as elsewhere.
+	renewKeysPerRound = renewCallsPerRound * renewBatch
+	// renewSenders is how many renewal pipelines may be in flight at once.
+	renewSenders = 8
+)
+
+// schedule puts l in the bucket of due's tick, and wakes the renewer if that
+// tick comes before the one it waits for. Called with mu held.
+func (w *watchdog) schedule(l *lease, due int64) {
+	t := w.tickOf(due)
+	if len(w.due) == 0 || t < w.earliestTick() {
+		kick(w.renewKick)
+	}
+	w.due[t] = append(w.due[t], l)
+}
+
+// runRenewer queues each tick's renewals for the senders.
+func (w *watchdog) runRenewer() { w.loop(w.renewKick, w.dispatch) }
+
+// dispatch queues renewals for the leases whose tick has come, and returns
+// how long until it must look again (false: nothing to wait for).
+//
+// A lease is taken when it is due, together with the leases due within a
+// quarter of their period: renewing them a little early costs nothing, and
+// it draws a Client's leases into few rounds, whenever their holds were
+// taken. The leases taken go into script calls of renewBatch keys and
+// chunks of renewCallsPerRound calls (on a cluster, of calls per hash slot
+// up to renewKeysPerRound keys, which the sender merges per node), which
+// renewSenders goroutines send, earliest deadline first. A sender never
+// waits for another's reply: a new hold's first renewal has little slack,
+// its grant's round trip already spent. Each pipeline goes on a renewal
+// connection of the Client's (see renewals.go), which is always warm, or on
+// the pool when all of those are in flight.
+func (w *watchdog) dispatch() (time.Duration, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := w.mono(time.Now())
+	horizon := w.tickOf(now + int64(w.horizon))
+	var round []*lease
+	for t, ls := range w.due {
+		if t > horizon {
+			continue
+		}
+		kept := ls[:0]
+		for _, l := range ls {
+			switch {
+			case l.state != leaseHeld || !l.renew:
+			case t > w.tickOf(now+int64(l.ttl/12)):
+				kept = append(kept, l) // not due within a quarter of its period yet
+			case l.releasing:
+				kept = append(kept, l) // the release may fail and the hold go on
+			default:
+				l.renewing = true
+				round = append(round, l)
+			}
+		}
+		if len(kept) == 0 {
+			delete(w.due, t)
+		} else {
+			w.due[t] = kept
+		}
+	}
+	calls := w.batches(round)
+	for len(calls) > 0 {
+		n, keys := 0, 0
+		for n < len(calls) {
+			keys += len(calls[n].keys)
+			if n > 0 && (!w.cluster && n == renewCallsPerRound || w.cluster && keys > renewKeysPerRound) {
+				break
+			}
+			n++
+		}
+		c := &chunk{calls: calls[:n], deadline: -1}
+		calls = calls[n:]
+		for _, b := range c.calls {
+			for _, l := range b.leases {
+				if c.deadline < 0 || l.deadline < c.deadline {
+					c.deadline = l.deadline
+				}
+			}
+		}
+		heap.Push(&w.chunks, c)
+		w.work.Signal()
+	}
+	if len(w.due) == 0 {
+		return 0, false
+	}
+	// Look again when the earliest lease left is due; leases held back by a
+	// release in flight are looked at again next tick.
+	wait := time.Duration(w.earliestTick()*int64(w.tick) - now)
+	if wait <= 0 {
+		wait = w.tick
+	}
+	return wait, true
+}
+
+func (w *watchdog) earliestTick() int64 {
+	first := true
+	var min int64
+	for t := range w.due {
+		if first || t < min {
+			min, first = t, false
+		}
+	}
+	return min
+}
+
+// chunk is one pipeline of renewal calls, queued until a sender takes it.
+type chunk struct {
+	calls    []renewCall
+	deadline int64 // the earliest deadline of its leases when it was queued
+}
+
+// chunkHeap orders chunks by deadline, earliest first.
+type chunkHeap []*chunk
+
+func (h chunkHeap) Len() int           { return len(h) }
+func (h chunkHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
+func (h chunkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *chunkHeap) Push(x any)        { *h = append(*h, x.(*chunk)) }
+func (h *chunkHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return c
+}
+
+// runSender sends queued chunks, earliest deadline first, until close.
+func (w *watchdog) runSender() {
+	defer w.senders.Done()
+	for {
+		w.mu.Lock()
+		for w.chunks.Len() == 0 && !w.stopping {
+			w.work.Wait()
+		}
+		if w.stopping {
+			w.mu.Unlock()
+			return
+		}
+		c := heap.Pop(&w.chunks).(*chunk)
+		w.mu.Unlock()
+		w.renewPipeline(c)
+	}
+}
+
+// renewPipeline sends one chunk of renewal calls and records the replies.
+// The request may take as long as its leases have left; past that, the
+// clock has ended them anyway.
+func (w *watchdog) renewPipeline(c *chunk) {
+	now := w.mono(time.Now())
+	if late := time.Duration(now - c.deadline); late > 0 {
+		w.log.Warn("dlock: renewals are falling behind: a renewal went out after its lease's deadline",
+			"late", late.String(), "leases", leasesIn(c.calls))
+	}
+	ctx, cancel := context.WithDeadline(w.stopCtx, w.wall(max(c.deadline, now+int64(10*time.Millisecond))))
+	defer cancel()
+	w.send(ctx, c.calls, w.settleRenewals)
+}
+
+func leasesIn(calls []renewCall) int {
+	n := 0
+	for _, b := range calls {
+		n += len(b.leases)
+	}
+	return n
+}
+
+// settleRenewals records the replies of renewal calls sent at r.sent: a
+// renewed lease's deadline moves forward and its next renewal is scheduled
+// its period after sent, so that renewals that fall behind slow down rather
+// than pile up; a lease the server no longer has is lost; a lease whose call
+// failed is tried again at the next tick.
+func (w *watchdog) settleRenewals(r renewResult) {
+	var failed error
+	var renewed, gone, failedN int64
+	bg := context.Background()
+	w.sentCalls.Add(int64(len(r.scripts)))
+	for _, n := range r.scripts {
+		w.tel.batchSize.Record(bg, int64(n))
+	}
+	if r.notice != nil {
+		w.log.Warn("dlock: " + r.notice.Error())
+	}
+	sent := w.mono(r.sent)
+	w.mu.Lock()
+	now := w.mono(time.Now())
+	for i, b := range r.calls {
+		res, err := r.replies[i].res, r.replies[i].err
+		if err == nil && len(res) != len(b.leases) {
+			err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.leases))
+		}
+		for j, l := range b.leases {
+			_, isHold := l.of.(*hold)
+			l.renewing = false
+			switch {
+			case l.state != leaseHeld:
+			case err != nil:
+				failed = err
+				if isHold {
+					failedN++
+				}
+				w.schedule(l, now+1) // the next tick
+			case l.releasing:
+				w.schedule(l, sent+int64(l.ttl/3))
+			case res[j] == 1:
+				if isHold {
+					renewed++
+				}
+				l.grantTTL = 0
+				if d := sent + int64(l.ttl-driftMargin(l.ttl)); d > l.deadline {
+					l.sent, l.deadline = sent, d
+					if l.idx >= 0 {
+						heap.Fix(&w.deadlines, l.idx)
+					}
+				}
+				w.schedule(l, sent+int64(l.ttl/3))
+			default:
+				if isHold {
+					gone++
+				}
+				w.endLocked(l, leaseLost, fmt.Errorf("%w: renewal found the hold gone", ErrLost))
+			}
+		}
+	}
+	if w.settled != nil {
+		close(w.settled)
+		w.settled = nil
+	}
+	w.unlockAsync()
+	for _, r := range []struct {
+		n      int64
+		result string
+	}{{renewed, resultRenewed}, {gone, resultGone}, {failedN, resultFailed}} {
+		if r.n > 0 {
+			w.tel.renewals.Add(bg, r.n, cachedAttrs("", r.result))
+		}
+	}
+	if failed != nil {
+		w.log.Warn("dlock: lease renewal failed", "error", failed.Error())
+	}
+}
+
+// batches groups leases into script calls of up to renewBatch keys, one
+// lease term per call (holds and marks have different ones), and one hash
+// slot per call on a cluster (where the sender merges the calls of a chunk
+// per node when the servers allow it: see renew_cluster.go).
+func (w *watchdog) batches(round []*lease) []renewCall {
+	type group struct {
+		slot uint16
+		ttl  time.Duration
+	}
+	var out []renewCall
+	open := map[group]int{} // -> index of its open batch
+	for _, l := range round {
+		g := group{ttl: l.ttl}
+		if w.cluster {
+			g.slot = slot(l.key)
+		}
+		i, ok := open[g]
+		if !ok || len(out[i].keys)+l.spec.keys() > renewBatch {
+			out = append(out, renewCall{args: []any{millis(l.ttl)}})
+			i = len(out) - 1
+			open[g] = i
+		}
+		b := &out[i]
+		b.leases = append(b.leases, l)
+		b.keys = append(b.keys, l.key)
+		b.keys = append(b.keys, l.extra...)
+		b.args = append(b.args, l.arg)
+	}
+	return out
+}

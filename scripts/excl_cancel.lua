@@ -1,0 +1,36 @@
+-- excl_cancel: a waiter stops waiting. It leaves the queue, and if a
+-- release handed it the lock meanwhile and it has not claimed it, the lock
+-- passes on as excl_unlock would pass it.
+--
+-- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- ARGV[1]     the kind
+-- ARGV[2]     the waiter: '<lease>:<id>'
+-- ARGV[3]     the Client's ID, for a grant message
+-- ARGV[4]     '1' for a counted kind, else '0'
+--
+-- Returns {0, ''} when the waiter held nothing, {1, ''} when it held a
+-- hand-over and the lock is now free, or {1, id, token, ttl} when the lock
+-- went on to the waiter id (a lease of ttl ms). A counted owner that claimed the hand-over (count
+-- above 0) keeps it.
+--#include excl_common.lua
+local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local kind, waiter, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+local _, id = parse_waiter(waiter)
+local v, bad = main_key(K, kind, 'o', 'n', 'f')
+if bad then
+  return bad
+end
+bad = queue_keys(Q, QE)
+if bad then
+  return bad
+end
+redis.call('ZREM', Q, waiter)
+redis.call('ZREM', QE, waiter)
+if v[2] ~= id or counted and tonumber(v[3] or '0') > 0 then
+  return {0, ''}
+end
+local next, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, v[4])
+if next then
+  return {1, next, f, ttl}
+end
+return {1, ''}

@@ -1,0 +1,131 @@
+-- excl_common: the exclusive lock that Mutex, ReentrantMutex and Election
+-- share, included by the excl_*.lua scripts; not a script of its own.
+--
+-- A lock named n keeps three keys, all with the hash tag {n}:
+--   K   p{n}       hash  k: the kind ('mutex', 'reentrant', 'election')
+--                        o: the holder's ID; absent while the lock is free
+--                        n: the holder's hold count (counted kinds); 0 for
+--                           a lock handed to an owner that has not yet
+--                           claimed it
+--                        f: the fencing token of the current or last hold
+--   Q   p{n}:mq    zset  waiter -> arrival (server microseconds): the queue
+--   QE  p{n}:mqe   zset  waiter -> expiry of its waiting mark (server ms)
+-- and publishes on p{n}:ch. K expires with the holder's lease; released, it
+-- keeps k and f for fence_memory ms, so that the next token follows the last
+-- one even if the server's clock steps back. Q and QE lose members by purge
+-- and vanish when empty; their key TTLs cover the latest mark, so crashed
+-- waiters leave nothing behind for good.
+--
+-- A waiter is "<lease>:<id>" or "<lease>+<reserve>:<id>": the ID it will
+-- hold the lock under (it starts with its Client's ID and a dot), after the
+-- fixed lease it asked for in ms, or 0 for a lease the watchdog renews, and
+-- optionally the number of fencing tokens to reserve after its own (a Mutex
+-- WithCohort hands its hold on locally with the reserved tokens).
+--
+-- Reservations: K's field r, when present, is the last token reserved; the
+-- next token follows max(f, r).
+--
+-- Handoff: a release with live waiters queued does not free K. It makes the
+-- first waiter the holder at once, with a new fencing token, its fixed lease
+-- or else what remains of its waiting mark as the lease, and publishes
+-- "<from>|1|g|<id>|<token>": a Mutex waiter learns it holds the lock from
+-- the message alone, without another round trip. So waiters are served in
+-- arrival order, across Clients. A release that hands the lock to a waiter
+-- of its own Client publishes nothing, as that Client wakes it directly.
+
+--#include lib.lua
+
+local fence_memory = 60000
+
+local function parse_waiter(w)
+  local colon = string.find(w, ':', 1, true)
+  local head = string.sub(w, 1, colon - 1)
+  local reserve = 0
+  local plus = string.find(head, '+', 1, true)
+  if plus then
+    reserve = tonumber(string.sub(head, plus + 1)) or 0
+    head = string.sub(head, 1, plus - 1)
+  end
+  return tonumber(head), string.sub(w, colon + 1), reserve
+end
+
+-- An error reply when the queue's keys are not zsets.
+local function queue_keys(Q, QE)
+  return aux_key(Q, 'zset') or aux_key(QE, 'zset')
+end
+
+-- Drop the waiters whose mark expired.
+local function purge(Q, QE, now)
+  for _, w in ipairs(take_expired(QE, now)) do
+    redis.call('ZREM', Q, w)
+  end
+end
+
+-- Make id the holder of K with a lease of ttl ms and the next fencing token
+-- after fence and any reservation; count is its hold count; reserve (> 0)
+-- reserves that many tokens after the new one. Returns the token.
+local function take(K, kind, id, ttl, fence, count, reserve)
+  local base = tonumber(fence or '0')
+  local r = tonumber(redis.call('HGET', K, 'r') or '0')
+  if r > base then
+    base = r
+  end
+  local f = next_fence(string.format('%.0f', base))
+  redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f)
+  if reserve and reserve > 0 then
+    redis.call('HSET', K, 'r', string.format('%.0f', tonumber(f) + reserve))
+  end
+  redis.call('PEXPIRE', K, ttl)
+  return f
+end
+
+-- Free K, keeping its kind and last token for fence_memory.
+local function free(K)
+  redis.call('HDEL', K, 'o', 'n')
+  redis.call('PEXPIRE', K, fence_memory)
+end
+
+-- Make the first live waiter the holder of K (free, or the caller's to give
+-- away) and tell it so, unless it waits on Client from, the caller, which
+-- wakes it itself. A counted kind hands it over unclaimed (count 0). Returns
+-- the waiter's ID, token and lease in ms, or nil when nobody waits (then K
+-- is unchanged). Call after purge.
+local function grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
+  while true do
+    local first = redis.call('ZRANGE', Q, 0, 0)[1]
+    if not first then
+      return nil
+    end
+    redis.call('ZREM', Q, first)
+    local expiry = tonumber(redis.call('ZSCORE', QE, first) or '0')
+    redis.call('ZREM', QE, first)
+    if expiry > now then
+      local lease, id, reserve = parse_waiter(first)
+      local ttl = expiry - now
+      if lease > 0 and lease < ttl then
+        ttl = lease
+      end
+      local count = 1
+      if counted then
+        count = 0
+      end
+      local f = take(K, kind, id, ttl, fence, count, reserve)
+      if client_of(id) ~= from then
+        redis.call('PUBLISH', CH, msg_handed(from, id, f, ttl))
+      end
+      return id, f, ttl
+    end
+  end
+end
+
+-- The holder gives K up: hand it to the first live waiter, or else free it.
+-- Returns the ID, token and lease of the waiter it went to, or nil.
+local function pass_on(K, kind, counted, Q, QE, CH, from, fence)
+  local now = now_ms()
+  purge(Q, QE, now)
+  local id, f, ttl = grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
+  if not id then
+    free(K)
+  end
+  return id, f, ttl
+end

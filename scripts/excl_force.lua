@@ -1,0 +1,31 @@
+-- excl_force: release an exclusive lock whoever holds it, as its holder's
+-- last release would: to the first live waiter if any, else free.
+--
+-- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- ARGV[1]     the kind
+-- ARGV[2]     the Client's ID, for a grant message
+-- ARGV[3]     '1' for a counted kind, else '0'
+--
+-- Returns {0, ''} when the lock was free (nothing changes), {1, ''} when it
+-- was released and is now free, or {1, id, token} when it went on to the
+-- waiter id. Keys of another kind fail with DLOCK_KIND before anything
+-- changes.
+--#include excl_common.lua
+local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local kind, from, counted = ARGV[1], ARGV[2], ARGV[3] == '1'
+local v, bad = main_key(K, kind, 'o', 'f')
+if bad then
+  return bad
+end
+if not v[2] then
+  return {0, ''}
+end
+bad = queue_keys(Q, QE)
+if bad then
+  return bad
+end
+local next, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, v[3])
+if next then
+  return {1, next, f, ttl}
+end
+return {1, ''}

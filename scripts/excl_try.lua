@@ -1,0 +1,106 @@
+-- excl_try: take an exclusive lock, claim or re-enter it, or join its queue.
+--
+-- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- ARGV[1]     the kind ('mutex', 'reentrant', 'election')
+-- ARGV[2]     the caller as a waiter: '<lease>[+<reserve>]:<id>' (see
+--             excl_common.lua)
+-- ARGV[3]     the lease to apply in ms
+-- ARGV[4]     waiting mark lease in ms; 0 for a try that will not wait
+-- ARGV[5]     the Client's ID, for a grant message
+-- ARGV[6]     '1' for a counted kind (re-entry adds a hold), else '0'
+--
+-- Returns {count, token} when the caller holds the lock: count is its hold
+-- count (1 for a new hold), token the hold's fencing token. It was free with
+-- nobody live queued ahead (a new token is issued), or a release had handed
+-- it to the caller (then the lease is reset to ARGV[3]), or the caller holds
+-- it already (counted: count + 1, lease unchanged; else the lease is reset).
+-- Otherwise returns {-(ms the holder's lease has left, at least 1; 0 for no
+-- expiry), the holder's ID, its token, 1 when this try queued the caller
+-- anew (it was not queued before) else 0} and, if ARGV[4] > 0, queues the
+-- caller (once) with its mark set to expire ARGV[4] ms from now. A free lock with others
+-- queued goes to the first of them, as a release would; it is then the
+-- holder returned. Keys of another kind fail with DLOCK_KIND before anything
+-- changes.
+local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local kind, waiter, ttl = ARGV[1], ARGV[2], ARGV[3]
+local colon = string.find(waiter, ':', 1, true)
+local id = string.sub(waiter, colon + 1)
+local plus = string.find(waiter, '+', 1, true)
+local reserve = 0
+if plus and plus < colon then
+  reserve = tonumber(string.sub(waiter, plus + 1, colon - 1)) or 0
+end
+-- The hot path, before any helper is defined (see scripts.go): a lock of
+-- this kind, free, nobody queued. The token is next_fence's (lib.lua), after
+-- any reservation (excl_common.lua).
+local v = redis.pcall('HMGET', K, 'k', 'o', 'n', 'f', 'r')
+if not v.err and v[1] == kind and not v[2] and redis.call('EXISTS', Q) == 0 then
+  local t = redis.call('TIME')
+  local f = tonumber(v[4] or '0')
+  local r = tonumber(v[5] or '0')
+  if r > f then
+    f = r
+  end
+  f = f + 1
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if now > f then
+    f = now
+  end
+  local fs = string.format('%.0f', f)
+  redis.call('HSET', K, 'o', id, 'n', 1, 'f', fs)
+  if reserve > 0 then
+    redis.call('HSET', K, 'r', string.format('%.0f', f + reserve))
+  end
+  redis.call('PEXPIRE', K, ttl)
+  return {1, fs}
+end
+--#include excl_common.lua
+local mark, from = tonumber(ARGV[4]), ARGV[5]
+local counted = ARGV[6] == '1'
+local bad
+v, bad = main_key(K, kind, 'o', 'n', 'f')
+if bad then
+  return bad
+end
+local holder, fence = v[2], v[4]
+if holder == id then
+  local n = tonumber(v[3] or '1')
+  if counted and n >= 1 then
+    return {redis.call('HINCRBY', K, 'n', 1), fence}
+  end
+  redis.call('HSET', K, 'n', 1) -- a hand-over claimed
+  redis.call('PEXPIRE', K, ttl)
+  return {1, fence}
+end
+if not holder and redis.call('EXISTS', Q) == 0 then
+  return {1, take(K, kind, id, ttl, fence, 1, reserve)}
+end
+bad = queue_keys(Q, QE)
+if bad then
+  return bad
+end
+local s, us = now_parts()
+local now = s * 1000 + math.floor(us / 1000)
+purge(Q, QE, now)
+if not holder then
+  local first = redis.call('ZRANGE', Q, 0, 0)[1]
+  if first and first ~= waiter then
+    local to, f = grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
+    if to then
+      holder, fence = to, f
+    end
+  end
+  if not holder then
+    redis.call('ZREM', Q, waiter)
+    redis.call('ZREM', QE, waiter)
+    return {1, take(K, kind, id, ttl, fence, 1, reserve)}
+  end
+end
+local added = 0
+if mark > 0 then
+  added = redis.call('ZADD', Q, 'NX', string.format('%d%06d', s, us), waiter)
+  redis.call('ZADD', QE, now + mark, waiter)
+  extend(Q, mark)
+  extend(QE, mark)
+end
+return {refusal(redis.call('PTTL', K)), holder, fence, added}

@@ -1,0 +1,86 @@
+-- excl_unlock: drop a hold of an exclusive lock if, and only if, the caller
+-- holds it; the last one releases the lock, to the first live waiter if
+-- any (see excl_common.lua).
+--
+-- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- ARGV[1]     the kind
+-- ARGV[2]     the holder's ID
+-- ARGV[3]     the Client's ID, for a grant message
+-- ARGV[4]     '1' for a counted kind, else '0'
+-- ARGV[5..]   only for a Mutex WithCohort: the waiting mark lease in ms, the
+--             number n of waiters then listed to drop from the queue first,
+--             whether or not the caller still holds the lock (the places of
+--             the waiters the cohort served locally), and after them the
+--             waiters to queue, in this order, before the lock passes on (the
+--             cohort's local waiters, which had no place in the queue)
+--
+-- Returns {-1, ''} when the caller does not hold the lock (nothing changes),
+-- {n, ''} when a counted holder has n holds left, {0, ''} when the lock was
+-- freed, or {0, id, token, ttl} when it was handed to the waiter id with the
+-- fencing token token and a lease of ttl ms (published unless that waiter is on Client ARGV[3]).
+-- Keys of another kind fail with DLOCK_KIND before anything changes.
+local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local kind, id, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
+-- The hot path, before any helper is defined (see scripts.go): the last
+-- hold of the caller, nobody queued. Freeing keeps the token, as free does
+-- (excl_common.lua).
+local v = redis.pcall('HMGET', K, 'k', 'o', 'n')
+if not v.err and v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1)
+    and #ARGV < 5 and redis.call('EXISTS', Q) == 0 then
+  redis.call('HDEL', K, 'o', 'n')
+  redis.call('PEXPIRE', K, 60000)
+  return {0, ''}
+end
+--#include excl_common.lua
+local bad
+v, bad = main_key(K, kind, 'o', 'n', 'f')
+if bad then
+  return bad
+end
+local enqueue = 0
+if #ARGV >= 5 then
+  bad = queue_keys(Q, QE)
+  if bad then
+    return bad
+  end
+  local last = 6 + tonumber(ARGV[6])
+  for i = 7, last do
+    redis.call('ZREM', Q, ARGV[i])
+    redis.call('ZREM', QE, ARGV[i])
+  end
+  enqueue = last + 1
+end
+if v[2] ~= id then
+  return {-1, ''}
+end
+if enqueue > 0 and enqueue <= #ARGV then
+  local mark = tonumber(ARGV[5])
+  local s, us = now_parts()
+  local base = s * 1000000 + us
+  local now = s * 1000 + math.floor(us / 1000)
+  for i = enqueue, #ARGV do
+    redis.call('ZADD', Q, 'NX', string.format('%.0f', base + i - enqueue), ARGV[i])
+    redis.call('ZADD', QE, now + mark, ARGV[i])
+  end
+  extend(Q, mark)
+  extend(QE, mark)
+end
+if counted then
+  local n = redis.call('HINCRBY', K, 'n', -1)
+  if n > 0 then
+    return {n, ''}
+  end
+end
+if redis.call('EXISTS', Q) == 0 then
+  free(K)
+  return {0, ''}
+end
+bad = queue_keys(Q, QE)
+if bad then
+  return bad
+end
+local next, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, v[4])
+if next then
+  return {0, next, f, ttl}
+end
+return {0, ''}

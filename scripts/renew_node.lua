@@ -1,0 +1,18 @@
+#!lua flags=allow-cross-slot-keys
+-- renew_node: renew.lua over the keys of many hash slots, all served by the
+-- Redis Cluster node the call is sent to (Redis 7.0 or later). Redis
+-- requires a command's declared keys to share one slot, even for a script
+-- with this flag; so the keys come in ARGV, and the contract is renew.lua's
+-- with no KEYS:
+--
+-- KEYS       none
+-- ARGV[1]    the new lease in milliseconds
+-- ARGV[2]    the number n of leases
+-- ARGV[3..n+2]  their specs, as in renew.lua
+-- ARGV[n+3..]   their keys, in order, as renew.lua's KEYS
+--
+-- Returns renew.lua's array, in which -1 marks a lease whose keys this node
+-- could not serve (or of another type): renew it again per slot.
+--
+-- The shebang line above must stay the first line of the script.
+--#include renew.lua

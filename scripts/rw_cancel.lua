@@ -1,0 +1,36 @@
+-- rw_cancel: a waiter of an RWMutex stops waiting (includes rw_common.lua).
+-- It leaves the queue; a hand-over it has not claimed is given up as a
+-- release would give it up; and whoever its leaving lets in is let in.
+--
+-- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- ARGV[1]     the waiter: '<lease>:<r|w><owner>'
+-- ARGV[2]     the Client's ID, for a grant message
+--
+-- Returns {0, owners, token}: the owners the lock went to ('' for none),
+-- with the writer's token (or '').
+--#include rw_common.lua
+local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local waiter, from = ARGV[1], ARGV[2]
+local _, role, owner = parse_rw(waiter)
+local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
+if bad then
+  return bad
+end
+bad = rw_keys(RL, RC, Q, QE)
+if bad then
+  return bad
+end
+redis.call('ZREM', Q, waiter)
+redis.call('ZREM', QE, waiter)
+local after_writer = false
+if role == 'w' and v[2] == owner and tonumber(v[3] or '1') == 0 then
+  free_writer(W) -- handed, never claimed
+  after_writer = true
+elseif role == 'r' and redis.call('HGET', RC, owner) == '0' then
+  redis.call('HDEL', RC, owner)
+  redis.call('ZREM', RL, owner)
+end
+local now = now_ms()
+purge(RL, RC, Q, QE, now)
+local to, f, ttl = admit(after_writer, W, RL, RC, Q, QE, CH, from, now, v[4])
+return {0, to, f, ttl}

@@ -1,0 +1,33 @@
+-- sem_drain: take every permit that is free, unless someone is queued
+-- (includes sem_common.lua).
+--
+-- KEYS[1..6]  M, H, C, Q, QE (see sem_common.lua), and the channel
+-- ARGV[1]     the permit ID
+-- ARGV[2]     the permit's lease in milliseconds
+-- ARGV[3]     the Client's ID, for the release message
+--
+-- Returns {n, token}: the permits taken, as one permit with a fencing token,
+-- or {0, ''} when none is free or waiters are queued (they come first).
+-- Keys of another kind fail with DLOCK_KIND before anything changes.
+--#include sem_common.lua
+local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local id, ttl = ARGV[1], tonumber(ARGV[2])
+local v, bad = sem_state(M, H, C, Q, QE)
+if bad then
+  return bad
+end
+local now = now_ms()
+if purge(M, H, C, Q, QE, now) > 0 then
+  wake_servable(M, C, Q, CH, ARGV[3])
+end
+local n = available(M)
+if n <= 0 or redis.call('ZCARD', Q) > 0 then
+  return {0, ''}
+end
+local f = next_fence(v[5])
+redis.call('HINCRBY', M, 'used', n)
+redis.call('HSET', M, 'k', 'semaphore', 'f', f)
+redis.call('ZADD', H, now + ttl, id)
+redis.call('HSET', C, id, n)
+touch(M, H, C, Q, QE, v[4])
+return {n, f}

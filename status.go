@@ -1,0 +1,177 @@
+package dlock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// Status is what a primitive looks like at one moment, as one read of
+// Redis found it: for operators and tools (the dlock command's status and
+// list), not for deciding who may act, which only a lock call does.
+type Status struct {
+	Name string // the primitive's name, without the key prefix
+	// Kind is what the name holds: KindMutex, KindReentrant, KindRWMutex,
+	// KindSemaphore, KindLatch or KindElection.
+	Kind string
+	// Holders are the holds alive now, the one whose lease ends first
+	// first: the holder of a lock or election; an RWMutex's writer or its
+	// readers; a Semaphore's permits. At most statusHolders are listed.
+	Holders []Holder
+	Waiting int    // callers queued in Redis for it, alive
+	Token   uint64 // the fencing token of the current or last hold (last permit); 0 when none is known
+	Total   int    // a Semaphore's total permits, -1 when never set
+	Free    int    // a Semaphore's permits free now (negative after the total was lowered below those in use)
+	Count   int64  // a CountDownLatch's count
+}
+
+// Held reports whether anyone holds the primitive.
+func (s Status) Held() bool { return len(s.Holders) > 0 }
+
+// Holder is one hold as Status sees it.
+type Holder struct {
+	// ID is the hold's ID in Redis: its Client's ID, a dot, and the
+	// holder's own part (see Client.ID).
+	ID string
+	// Client is the name of the Client that holds it (see
+	// WithClientName): by default "host:pid".
+	Client string
+	Lease  time.Duration // what its lease has left
+	// Count is how many times a counted hold (ReentrantMutex, RWMutex) was
+	// entered, 0 for one handed over and not yet claimed; a permit's
+	// number of permits; 1 for a Mutex.
+	Count int
+	Read  bool // an RWMutex read hold
+}
+
+// The kinds Status reports.
+const (
+	KindMutex     = "mutex"
+	KindReentrant = "reentrant"
+	KindRWMutex   = "rwmutex"
+	KindSemaphore = "semaphore"
+	KindLatch     = "latch"
+	KindElection  = "election"
+)
+
+// statusHolders is the most holders a Status lists.
+const statusHolders = 1000
+
+// storedKinds maps the kind field scripts store to the kind Status reports.
+var storedKinds = map[string]string{
+	kindMutexName: KindMutex, kindReentrantName: KindReentrant, "rwlock": KindRWMutex,
+	"semaphore": KindSemaphore, "latch": KindLatch, kindElectionName: KindElection,
+}
+
+// stateSuffixes are the auxiliary keys of every kind, which scripts/state.lua
+// takes whatever kind it finds.
+var stateSuffixes = []string{":mq", ":mqe", ":rl", ":rc", ":h", ":c", ":q", ":qe"}
+
+// Status reads the primitive called name, whatever its kind, in one round
+// trip. A name with no primitive returns an error matching ErrNotFound; a
+// key dlock did not write, ErrInvalid.
+func (c *Client) Status(ctx context.Context, name string) (Status, error) {
+	h := c.newHandle("status", name, 0, nil)
+	st, err := h.status(ctx, "")
+	if err == nil && st.Kind == "" {
+		err = opErr("status", name, "", ErrNotFound)
+	}
+	return st, err
+}
+
+// status reads h's primitive with scripts/state.lua, expecting the stored
+// kind want (” for any). A free lock of the expected kind whose key is
+// gone reads as the expected kind with no holders.
+func (h *handle) status(ctx context.Context, want string) (Status, error) {
+	if err := h.usable(); err != nil {
+		return Status{}, err
+	}
+	keys := make([]string, 0, 1+len(stateSuffixes))
+	keys = append(keys, h.key)
+	for _, s := range stateSuffixes {
+		keys = append(keys, h.key+s)
+	}
+	res, err := h.c.script(ctx, scripts.State, keys, want, statusHolders).Slice()
+	if err != nil {
+		return Status{}, h.fail("status", err)
+	}
+	st, err := decodeStatus(h.name, res)
+	if err != nil {
+		return Status{}, h.fail("status", err)
+	}
+	if st.Kind == "" && want != "" {
+		st.Kind = storedKinds[want]
+		st.Total = -1
+	}
+	return st, nil
+}
+
+func decodeStatus(name string, res []any) (Status, error) {
+	st := Status{Name: name}
+	if len(res) != 7 {
+		return st, fmt.Errorf("unexpected reply %v", res)
+	}
+	stored, _ := res[0].(string)
+	if stored == "" {
+		return st, nil
+	}
+	st.Kind = storedKinds[stored]
+	if st.Kind == "" {
+		st.Kind = stored // a kind of a later dlock version
+	}
+	token, _ := res[1].(string)
+	st.Token, _ = strconv.ParseUint(token, 10, 64)
+	waiting, _ := res[2].(int64)
+	st.Waiting = int(waiting)
+	flat, _ := res[3].([]any)
+	for i := 0; i+3 < len(flat); i += 4 {
+		id, _ := flat[i].(string)
+		left, _ := flat[i+1].(int64)
+		count, _ := flat[i+2].(int64)
+		read, _ := flat[i+3].(int64)
+		st.Holders = append(st.Holders, Holder{
+			ID: id, Client: clientNameOf(id), Lease: time.Duration(left) * time.Millisecond,
+			Count: int(count), Read: read == 1,
+		})
+	}
+	sort.SliceStable(st.Holders, func(i, j int) bool { return st.Holders[i].Lease < st.Holders[j].Lease })
+	total, _ := res[4].(int64)
+	free, _ := res[5].(int64)
+	st.Count, _ = res[6].(int64)
+	st.Total, st.Free = int(total), int(free)
+	if st.Kind == KindMutex {
+		for i := range st.Holders {
+			st.Holders[i].Count = 1
+		}
+	}
+	return st, nil
+}
+
+// Status reads the lock in one round trip: its holder, with what its lease
+// has left, how many wait, and its latest fencing token.
+func (m *Mutex) Status(ctx context.Context) (Status, error) { return m.status(ctx, m.kind) }
+
+// Status reads the lock in one round trip (see Mutex.Status); the holder's
+// Count is its hold count.
+func (r *ReentrantMutex) Status(ctx context.Context) (Status, error) {
+	return r.status(ctx, r.kind)
+}
+
+// Status reads the lock in one round trip: the writer, or the readers
+// (Holder.Read), and how many wait.
+func (rw *RWMutex) Status(ctx context.Context) (Status, error) { return rw.status(ctx, "rwlock") }
+
+// Status reads the semaphore in one round trip: its total, the permits
+// free, the live permits and how many wait.
+func (s *Semaphore) Status(ctx context.Context) (Status, error) {
+	return s.status(ctx, "semaphore")
+}
+
+// Status reads the latch in one round trip: its count.
+func (l *CountDownLatch) Status(ctx context.Context) (Status, error) {
+	return l.status(ctx, "latch")
+}

@@ -1,0 +1,273 @@
+package dlock
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The local side of waiting: each Client's registry of its waiting callers,
+// one FIFO queue per channel, and the wake-ups that the wait protocol (see
+// wait.go) and the release messages deliver to them.
+
+type waitQueue struct{ head, tail *waiter }
+
+// waitRegistry holds the local waiters of every channel, in arrival order.
+type waitRegistry struct {
+	mu     sync.Mutex
+	queues map[string]*waitQueue
+	byID   map[string]*waiter
+	count  atomic.Int64 // waiters; written under mu, read without it on hot paths
+	closed bool
+}
+
+func (r *waitRegistry) init() {
+	r.queues = make(map[string]*waitQueue)
+	r.byID = make(map[string]*waiter)
+}
+
+// has reports whether channel has local waiters.
+func (r *waitRegistry) has(channel string) bool {
+	if r.count.Load() == 0 { // the uncontended path takes no lock
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.queues[channel] != nil
+}
+
+// join appends a waiter to channel's queue.
+func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, err error) {
+	w = &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner, cohort: as.cohort, place: as.place, local: as.local}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if w.id != "" {
+		r.byID[w.id] = w
+	}
+	q := r.queues[channel]
+	if q == nil {
+		q = &waitQueue{}
+		r.queues[channel] = q
+	}
+	if q.tail == nil {
+		q.head, q.tail = w, w
+	} else {
+		w.prev, q.tail.next = q.tail, w
+		q.tail = w
+	}
+	r.count.Add(1)
+	return w, nil
+}
+
+// leave removes w. A waiter that leaves without acquiring while a wake-up is
+// pending hands the wake-up to the next waiter.
+func (r *waitRegistry) leave(w *waiter, acquired bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[w.channel]
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	r.count.Add(-1)
+	if w.id != "" {
+		delete(r.byID, w.id)
+	}
+	if q.head == nil {
+		delete(r.queues, w.channel)
+		return
+	}
+	if w.woken && !acquired {
+		r.wakeLocked(q, wakeSpec{n: 1, kind: w.kind}, wakeLocal)
+	}
+}
+
+// handedToken returns the fencing token of the latest hand-over w was woken
+// for.
+func (r *waitRegistry) handedToken(w *waiter) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.fence
+}
+
+// attempt marks w as acting on its wake-ups: any pending one is consumed.
+func (r *waitRegistry) attempt(w *waiter) {
+	r.mu.Lock()
+	if w.grant != nil { // a local handoff's wake-up stays for the wait to take
+		r.mu.Unlock()
+		return
+	}
+	w.local = false // it tries in Redis now, and queues there
+	w.woken = false
+	select {
+	case <-w.wake:
+	default:
+	}
+	r.mu.Unlock()
+}
+
+// wake wakes the waiters of channel that spec names and returns how many it
+// signalled. Counted wake-ups skip waiters that already have one pending,
+// oldest first; spec.n <= 0 wakes all waiters of the kind.
+func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) int {
+	if r.count.Load() == 0 { // an uncontended release takes no lock
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(spec.ids) > 0 {
+		if spec.kind == kindHanded {
+			why = wakeHanded
+		}
+		woke := 0
+		for _, id := range spec.ids {
+			if w := r.byID[id]; w != nil && w.channel == channel {
+				w.fence = spec.fence
+				w.signal(why)
+				woke++
+				continue
+			}
+			// A lock handed to an owner wakes the owner's waiters, which
+			// claim it or re-enter.
+			if q := r.queues[channel]; q != nil && why == wakeHanded {
+				for w := q.head; w != nil; w = w.next {
+					if w.owner == id {
+						w.signal(wakeLocal)
+						woke++
+					}
+				}
+			}
+		}
+		if why == wakeHanded && spec.ttl > 0 {
+			r.retimeOthers(channel, spec)
+		}
+		return woke
+	}
+	if q := r.queues[channel]; q != nil {
+		return r.wakeLocked(q, spec, why)
+	}
+	return 0
+}
+
+// retimeOthers tells the waiters of channel that a hand-over did not name
+// that the new hold ends, at the latest, spec.ttl from now: their fallback
+// timers were set for the previous holder's lease, and the new holder may be
+// a waiter that died.
+func (r *waitRegistry) retimeOthers(channel string, spec wakeSpec) {
+	q := r.queues[channel]
+	if q == nil {
+		return
+	}
+	at := time.Now().Add(spec.ttl)
+	for w := q.head; w != nil; w = w.next {
+		if !w.woken && !slices.Contains(spec.ids, w.id) && !slices.Contains(spec.ids, w.owner) {
+			w.retimeAt = at
+			select {
+			case w.wake <- wakeRetime:
+			default:
+			}
+		}
+	}
+}
+
+// retimed returns when the hold a waiter was told of ends.
+func (r *waitRegistry) retimed(w *waiter) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.retimeAt
+}
+
+// hasOwner reports whether channel has a local waiter acquiring for owner.
+func (r *waitRegistry) hasOwner(channel, owner string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			if w.owner == owner {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// wakeOwner wakes the waiters of channel that acquire for owner: once the
+// owner holds the lock, they can re-enter at once.
+func (r *waitRegistry) wakeOwner(channel, owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			if w.owner == owner {
+				w.signal(wakeLocal)
+			}
+		}
+	}
+}
+
+func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) int {
+	woke := 0
+	for w := q.head; w != nil && (spec.n <= 0 || woke < spec.n); w = w.next {
+		if spec.kind != kindAny && w.kind != spec.kind || w.woken && spec.n > 0 ||
+			w.kind == kindObserver && spec.kind != kindObserver {
+			continue
+		}
+		w.signal(why)
+		woke++
+	}
+	return woke
+}
+
+// signal marks w woken and delivers why unless a wake-up is already pending;
+// wakeHanded replaces a pending one other than wakeClosed, since it tells
+// more. Called with waitRegistry.mu held.
+func (w *waiter) signal(why wakeReason) {
+	w.woken = true
+	select {
+	case old := <-w.wake:
+		if old != wakeRetime {
+			w.wake <- old // a real wake-up stays; wakeRetime gives way
+		}
+	default:
+	}
+	if why == wakeHanded || why == wakeCohort {
+		select {
+		case old := <-w.wake:
+			if old == wakeClosed { // closing wins over everything
+				w.wake <- old
+				return
+			}
+		default:
+		}
+	}
+	select {
+	case w.wake <- why:
+	default:
+	}
+}
+
+func (r *waitRegistry) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	for _, q := range r.queues {
+		for w := q.head; w != nil; w = w.next {
+			w.woken = true
+			select {
+			case <-w.wake: // replace whatever is pending: closing wins
+			default:
+			}
+			w.wake <- wakeClosed
+		}
+	}
+}
