@@ -28,13 +28,15 @@ func TestBadInput_ClearErrorAndNothingSent(t *testing.T) {
 		{"mutex negative lease", func() error { return c.Mutex("ok", dlock.WithLease(-time.Second)).Lock(ctx) }},
 		{"mutex zero lease", func() error { _, err := c.Mutex("ok", dlock.WithLease(0)).TryLock(ctx); return err }},
 		{"mutex unlock empty name", func() error { return c.Mutex("").Unlock(ctx) }},
-		{"reentrant empty name", func() error { return c.ReentrantMutex("").Lock(ctx) }},
-		{"reentrant negative lease", func() error { return c.ReentrantMutex("ok", dlock.WithLease(-1)).Lock(ctx) }},
-		{"reentrant empty owner", func() error { return c.ReentrantMutex("ok").Lock(dlock.WithOwner(ctx, "")) }},
-		{"reentrant forceunlock empty name", func() error { _, err := c.ReentrantMutex("").ForceUnlock(ctx); return err }},
-		{"reentrant holdcount empty name", func() error { _, err := c.ReentrantMutex("").HoldCount(ctx); return err }},
+		{"reentrant empty name", func() error { return c.ReentrantMutex("", dlock.WithHandleOwner()).Lock(ctx) }},
+		{"reentrant negative lease", func() error { return c.ReentrantMutex("ok", dlock.WithLease(-1), dlock.WithHandleOwner()).Lock(ctx) }},
+		{"reentrant empty owner", func() error { return c.ReentrantMutex("ok", dlock.WithHandleOwner()).Lock(dlock.WithOwner(ctx, "")) }},
+		{"reentrant forceunlock empty name", func() error { _, err := c.ReentrantMutex("", dlock.WithHandleOwner()).ForceUnlock(ctx); return err }},
+		{"reentrant holdcount empty name", func() error { _, err := c.ReentrantMutex("", dlock.WithHandleOwner()).HoldCount(ctx); return err }},
 		{"nil client", func() error { return dlock.New(nil).Mutex("ok").Lock(ctx) }},
-		{"typed nil client", func() error { return dlock.New((*redis.Client)(nil)).ReentrantMutex("ok").Lock(ctx) }},
+		{"typed nil client", func() error {
+			return dlock.New((*redis.Client)(nil)).ReentrantMutex("ok", dlock.WithHandleOwner()).Lock(ctx)
+		}},
 		{"negative watchdog timeout", func() error { return dlock.New(rdb, dlock.WithWatchdogTimeout(-time.Second)).Mutex("ok").Lock(ctx) }},
 		{"prefix with brace", func() error { return dlock.New(rdb, dlock.WithKeyPrefix("a{b")).Mutex("ok").Lock(ctx) }},
 	}
@@ -66,12 +68,12 @@ func TestBadInput_KeyOfWrongType_ErrorAndKeyUntouched(t *testing.T) {
 	check(c.Mutex(hashName).Lock(ctx))
 	_, err := c.Mutex(hashName).TryLock(ctx)
 	check(err)
-	check(c.ReentrantMutex(stringName).Lock(ctx))
-	_, err = c.ReentrantMutex(stringName).TryLock(ctx)
+	check(c.ReentrantMutex(stringName, dlock.WithHandleOwner()).Lock(ctx))
+	_, err = c.ReentrantMutex(stringName, dlock.WithHandleOwner()).TryLock(ctx)
 	check(err)
-	_, err = c.ReentrantMutex(stringName).ForceUnlock(ctx)
+	_, err = c.ReentrantMutex(stringName, dlock.WithHandleOwner()).ForceUnlock(ctx)
 	check(err)
-	_, err = c.ReentrantMutex(stringName).IsLocked(ctx)
+	_, err = c.ReentrantMutex(stringName, dlock.WithHandleOwner()).IsLocked(ctx)
 	check(err)
 
 	v, err := rdb.HGet(ctx, key(hashName), "user").Result()
@@ -96,7 +98,7 @@ func TestBadInput_RedisDown_ErrorsNotPanics(t *testing.T) {
 	assert.Error(t, c.Mutex("down").Lock(ctx))
 	_, err := c.Mutex("down").TryLock(ctx)
 	assert.Error(t, err)
-	assert.Error(t, c.ReentrantMutex("down").Lock(ctx))
-	_, err = c.ReentrantMutex("down").HoldCount(ctx)
+	assert.Error(t, c.ReentrantMutex("down", dlock.WithHandleOwner()).Lock(ctx))
+	_, err = c.ReentrantMutex("down", dlock.WithHandleOwner()).HoldCount(ctx)
 	assert.Error(t, err)
 }

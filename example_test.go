@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -200,4 +201,194 @@ func ExampleCountDownLatch() {
 	fmt.Println("count:", n)
 	// Output:
 	// count: 0
+}
+
+// Every hold has a fencing token: pass it with the writes the lock protects,
+// so that the resource can refuse a holder that lost the lock (see package
+// fence).
+func ExampleMutex_Token() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+	ctx := context.Background()
+
+	m := c.Mutex("invoice:42")
+	fmt.Println("not held:", m.Token())
+	if err := m.Lock(ctx); err != nil {
+		panic(err)
+	}
+	first := m.Token()
+	_ = m.Unlock(ctx)
+
+	other := c.Mutex("invoice:42") // another handle, or another process
+	if err := other.Lock(ctx); err != nil {
+		panic(err)
+	}
+	defer other.Unlock(ctx)
+	fmt.Println("a later hold's token is greater:", first > 0 && other.Token() > first)
+	// Output:
+	// not held: 0
+	// a later hold's token is greater: true
+}
+
+// Extend sets when a hold ends: here a fixed lease, lengthened while the
+// work runs long.
+func ExampleMutex_Extend() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+	ctx := context.Background()
+
+	m := c.Mutex("export", dlock.WithLease(time.Second))
+	if err := m.Lock(ctx); err != nil {
+		panic(err)
+	}
+	if err := m.Extend(ctx, time.Minute); err != nil {
+		fmt.Println("extend:", err)
+	}
+	left, _ := m.TTL(ctx)
+	fmt.Println("more than the first lease left:", left > time.Second)
+	_ = m.Unlock(ctx)
+	fmt.Println(errors.Is(m.Extend(ctx, time.Minute), dlock.ErrNotHeld))
+	// Output:
+	// more than the first lease left: true
+	// true
+}
+
+// Status shows operators who holds a lock and how many wait, from any
+// Client.
+func ExampleMutex_Status() {
+	rdb, stop := embedded()
+	defer stop()
+	worker := dlock.New(rdb, dlock.WithClientName("worker-1"))
+	defer worker.Close()
+	ops := dlock.New(rdb)
+	defer ops.Close()
+	ctx := context.Background()
+
+	m := worker.Mutex("reindex")
+	_ = m.Lock(ctx)
+	st, err := ops.Status(ctx, "reindex") // or ops.Mutex("reindex").Status(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(st.Kind, st.Held(), st.Holders[0].Client, st.Waiting, st.Token == m.Token())
+	_ = m.Unlock(ctx)
+	st, _ = ops.Status(ctx, "reindex")
+	fmt.Println("held after Unlock:", st.Held())
+	// Output:
+	// mutex true worker-1 0 true
+	// held after Unlock: false
+}
+
+// A MultiLock takes several locks, all or none, in name order, so that
+// callers listing the names in any order never deadlock.
+func ExampleMultiLock() {
+	rdb, stop := embedded()
+	defer stop()
+	a, b := dlock.New(rdb), dlock.New(rdb)
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+
+	transfer := a.MultiLock([]string{"account:2", "account:1"})
+	if err := transfer.Lock(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println(transfer.Names())
+	audit := b.MultiLock([]string{"account:3", "account:1"})
+	ok, _ := audit.TryLock(ctx)
+	fmt.Println("audit while transferring:", ok)
+	locked, _ := b.Mutex("account:3").IsLocked(ctx)
+	fmt.Println("account:3 left locked:", locked)
+	_ = transfer.Unlock(ctx)
+	ok, _ = audit.TryLock(ctx)
+	fmt.Println("audit after:", ok)
+	_ = audit.Unlock(ctx)
+	// Output:
+	// [account:1 account:2]
+	// audit while transferring: false
+	// account:3 left locked: false
+	// audit after: true
+}
+
+func ExampleElection() {
+	rdb, stop := embedded()
+	defer stop()
+	a, b := dlock.New(rdb), dlock.New(rdb) // think: two replicas of a service
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+
+	ea, eb := a.Election("scheduler"), b.Election("scheduler")
+	if err := ea.Campaign(ctx, "node-a"); err != nil {
+		panic(err)
+	}
+	leader, _ := eb.Leader(ctx)
+	fmt.Println("leader:", leader)
+
+	elected := make(chan struct{})
+	go func() {
+		defer close(elected)
+		_ = eb.Campaign(ctx, "node-b") // blocks while node-a leads
+	}()
+	_ = ea.Resign(ctx)
+	<-elected
+	leader, _ = ea.Leader(ctx)
+	fmt.Println("leader:", leader)
+	_ = eb.Resign(ctx)
+	_, err := ea.Leader(ctx)
+	fmt.Println(errors.Is(err, dlock.ErrNoLeader))
+	// Output:
+	// leader: node-a
+	// leader: node-b
+	// true
+}
+
+// A hold handed over as text is released (or extended) by another process.
+func ExampleMutex_HandOver() {
+	rdb, stop := embedded()
+	defer stop()
+	scheduler, worker := dlock.New(rdb), dlock.New(rdb)
+	defer scheduler.Close()
+	defer worker.Close()
+	ctx := context.Background()
+
+	m := scheduler.Mutex("batch-9")
+	_ = m.Lock(ctx)
+	ref, err := m.HandOver() // the worker is now responsible for the hold
+	if err != nil {
+		panic(err)
+	}
+	text := ref.String() // sent along with the job
+
+	r, err := dlock.ParseHoldRef(text)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(worker.ExtendRef(ctx, r, time.Minute))
+	fmt.Println(worker.ReleaseRef(ctx, r))
+	fmt.Println(errors.Is(worker.ReleaseRef(ctx, r), dlock.ErrNotHeld))
+	// Output:
+	// <nil>
+	// <nil>
+	// true
+}
+
+// Locker adapts a Mutex to code that takes a sync.Locker; its methods panic
+// on errors.
+func ExampleMutex_Locker() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+
+	var l sync.Locker = c.Mutex("legacy-job").Locker()
+	l.Lock()
+	fmt.Println("locked")
+	l.Unlock()
+	// Output:
+	// locked
 }

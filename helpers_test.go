@@ -16,11 +16,15 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/scripts"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
+	}
+	if os.Getenv(fenceChildEnv) != "" {
+		os.Exit(fenceChildMain())
 	}
 	code := m.Run()
 	redistest.StopShared()
@@ -36,9 +40,10 @@ func TestMain(m *testing.M) {
 // counter is a go-redis hook that counts what a client sends: round trips
 // (a command or a pipeline) and commands, by name and, for scripts, by SHA.
 type counter struct {
-	mu       sync.Mutex
-	trips    int
-	commands map[string]int
+	mu        sync.Mutex
+	trips     int
+	commands  map[string]int
+	renewKeys int // keys carried by renewal script calls
 }
 
 func newCounter() *counter { return &counter{commands: map[string]int{}} }
@@ -47,32 +52,49 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd) // counted once done, with any connection set-up it needed
 		c.mu.Lock()
-		c.trips++
+		if !setup(cmd) {
+			c.trips++
+		}
 		c.add(cmd)
 		c.mu.Unlock()
-		return next(ctx, cmd)
+		return err
 	}
 }
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
 		c.mu.Lock()
-		c.trips++
+		if len(cmds) == 0 || !setup(cmds[0]) {
+			c.trips++
+		}
 		for _, cmd := range cmds {
 			c.add(cmd)
 		}
 		c.mu.Unlock()
-		return next(ctx, cmds)
+		return err
 	}
+}
+
+// setup reports whether cmd is part of go-redis setting up a connection
+// (HELLO, CLIENT ...): not a round trip of any call of dlock's.
+func setup(cmd redis.Cmder) bool {
+	name := strings.ToLower(cmd.Name())
+	return name == "hello" || name == "client"
 }
 
 func (c *counter) add(cmd redis.Cmder) {
 	name := strings.ToLower(cmd.Name())
 	c.commands[name]++
 	if name == "evalsha" || name == "eval" {
-		if args := cmd.Args(); len(args) > 1 {
+		if args := cmd.Args(); len(args) > 2 {
 			c.commands[name+":"+fmt.Sprint(args[1])]++
+			if args[1] == scripts.Renew.Hash() {
+				n, _ := args[2].(int)
+				c.renewKeys += n
+			}
 		}
 	}
 }
@@ -103,7 +125,26 @@ func (c *counter) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.trips = 0
+	c.renewKeys = 0
 	clear(c.commands)
+}
+
+// warmedUp waits until a Client on a client counted by c has warmed its
+// pool (one PING a connection, after its first round trip), so that a test
+// that counts commands counts only those of the calls it makes.
+func warmedUp(t *testing.T, c *counter) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, cmds := c.snapshot()
+		if cmds["ping"] >= dlock.WarmConns {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("renewal connections not set up: %v", cmds)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // env is one test's Redis: the shared server unless the test asked for a

@@ -146,14 +146,13 @@ func TestMutex_ExpiredHold_UnlockReturnsErrLostAndSparesNewHolder(t *testing.T) 
 	lost := old.Lost()
 	within(t, lost, 2*time.Second, "lost signal of the expired lease")
 	require.NoError(t, newer.Lock(ctx))
-	token, err := rdb.Get(ctx, key(n)).Result()
-	require.NoError(t, err)
+	token := holderOf(t, rdb, n)
+	require.NotEmpty(t, token)
 
-	err = old.Unlock(ctx)
+	err := old.Unlock(ctx)
 	assert.ErrorIs(t, err, dlock.ErrLost)
 	assert.ErrorIs(t, err, dlock.ErrNotHeld)
-	after, err := rdb.Get(ctx, key(n)).Result()
-	require.NoError(t, err)
+	after := holderOf(t, rdb, n)
 	assert.Equal(t, token, after, "the newer holder's token must survive the stale Unlock")
 	require.NoError(t, newer.Unlock(ctx))
 }
@@ -165,6 +164,7 @@ func TestMutex_Uncontended_LockUnlockIsTwoRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	require.NoError(t, m.Lock(ctx)) // warm the script cache
 	require.NoError(t, m.Unlock(ctx))
+	warmedUp(t, cnt)
 
 	cnt.reset()
 	const pairs = 50
@@ -174,8 +174,8 @@ func TestMutex_Uncontended_LockUnlockIsTwoRoundTrips(t *testing.T) {
 	}
 	trips, cmds := cnt.snapshot()
 	assert.Equal(t, 2*pairs, trips, "round trips for %d Lock+Unlock pairs: %v", pairs, cmds)
-	assert.Equal(t, pairs, cmds["set"], "Lock is one SET NX PX")
-	assert.Equal(t, pairs, cmds["evalsha:"+scripts.MutexUnlock.Hash()], "Unlock is one EVALSHA")
+	assert.Equal(t, pairs, cmds["evalsha:"+scripts.ExclTry.Hash()], "Lock is one EVALSHA")
+	assert.Equal(t, pairs, cmds["evalsha:"+scripts.ExclUnlock.Hash()], "Unlock is one EVALSHA")
 	assert.Zero(t, cmds["script"], "no SCRIPT LOAD per call")
 }
 
@@ -233,8 +233,42 @@ func TestMutex_RacingCancellations_LeaveNoHoldBehind(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	exists, err := rdb.Exists(context.Background(), key(n)).Result()
-	require.NoError(t, err)
-	assert.Zero(t, exists, "lock key left behind after %d holds and %d cancellations", got.Load(), failed.Load())
+	assert.Empty(t, holderOf(t, rdb, n), "lock held after %d holds and %d cancellations", got.Load(), failed.Load())
 	assert.Equal(t, int32(40), got.Load()+failed.Load())
+}
+
+func TestMutex_Inspection_IsLockedTTLAndForceUnlockWakesTheQueue(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(3*time.Second))
+	holder, waiter, operator := c.Mutex(n), e.client(e.rdb()).Mutex(n), e.client(e.rdb()).Mutex(n)
+
+	locked, err := operator.IsLocked(ctx)
+	require.NoError(t, err)
+	assert.False(t, locked)
+	ttl, err := operator.TTL(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, ttl, "free: no lease")
+
+	require.NoError(t, holder.Lock(ctx))
+	locked, err = operator.IsLocked(ctx)
+	require.NoError(t, err)
+	assert.True(t, locked)
+	ttl, err = operator.TTL(ctx)
+	require.NoError(t, err)
+	assert.Greater(t, ttl, time.Second)
+	assert.LessOrEqual(t, ttl, 3*time.Second)
+
+	done := queueUp(t, ctx, e.rdb(), n, waiter, 1)
+	released, err := operator.ForceUnlock(ctx)
+	require.NoError(t, err)
+	assert.True(t, released)
+	within(t, done, 2*time.Second, "the queued waiter handed the lock")
+	within(t, holder.Lost(), 2*time.Second, "the forced-out holder told at its next renewal")
+	assert.ErrorIs(t, holder.Unlock(ctx), dlock.ErrLost)
+	require.NoError(t, waiter.Unlock(ctx))
+	released, err = operator.ForceUnlock(ctx)
+	require.NoError(t, err)
+	assert.False(t, released, "nothing held")
 }

@@ -15,7 +15,7 @@ import (
 
 func TestReentrantMutex_NestedLocks_CountHolds(t *testing.T) {
 	e := sharedEnv(t)
-	r := e.client(e.rdb()).ReentrantMutex(name(t))
+	r := e.client(e.rdb()).ReentrantMutex(name(t), dlock.WithHandleOwner())
 	ctx := context.Background()
 	for want := 1; want <= 3; want++ {
 		require.NoError(t, r.Lock(ctx))
@@ -39,7 +39,7 @@ func TestReentrantMutex_OwnerInContext_ReentersThroughAnotherHandle(t *testing.T
 	e := sharedEnv(t)
 	c := e.client(e.rdb())
 	n := name(t)
-	outer, inner := c.ReentrantMutex(n), c.ReentrantMutex(n)
+	outer, inner := c.ReentrantMutex(n, dlock.WithHandleOwner()), c.ReentrantMutex(n, dlock.WithHandleOwner())
 	ctx := dlock.WithOwner(context.Background(), "request-42")
 
 	require.NoError(t, outer.Lock(ctx))
@@ -65,7 +65,7 @@ func TestReentrantMutex_OwnerInContext_ReentersThroughAnotherHandle(t *testing.T
 func TestReentrantMutex_SecondOwner_BlocksUntilRelease(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
-	r := e.client(e.rdb()).ReentrantMutex(n)
+	r := e.client(e.rdb()).ReentrantMutex(n, dlock.WithHandleOwner())
 	first := dlock.WithOwner(context.Background(), "first")
 	second, cancel := context.WithTimeout(dlock.WithOwner(context.Background(), "second"), 10*time.Second)
 	defer cancel()
@@ -99,8 +99,8 @@ func TestReentrantMutex_SecondOwner_BlocksUntilRelease(t *testing.T) {
 func TestReentrantMutex_UnlockByOtherOwner_ReturnsErrNotHeld(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
-	r := e.client(e.rdb()).ReentrantMutex(n)
-	other := e.client(e.rdb()).ReentrantMutex(n)
+	r := e.client(e.rdb()).ReentrantMutex(n, dlock.WithHandleOwner())
+	other := e.client(e.rdb()).ReentrantMutex(n, dlock.WithHandleOwner())
 	owner := dlock.WithOwner(context.Background(), "owner")
 	require.NoError(t, r.Lock(owner))
 
@@ -126,7 +126,7 @@ func TestReentrantMutex_ManyOwners_CounterExact(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := c.ReentrantMutex(n)
+				r := c.ReentrantMutex(n, dlock.WithHandleOwner())
 				ctx := dlock.WithNewOwner(ctxTimeout(t, time.Minute))
 				for range rounds {
 					require.NoError(t, r.Lock(ctx))
@@ -149,9 +149,9 @@ func TestReentrantMutex_ForceUnlock_WakesWaiterAndSignalsHolder(t *testing.T) {
 	e := realEnv(t)
 	n := name(t)
 	holderClient := e.client(e.rdb(), dlock.WithWatchdogTimeout(900*time.Millisecond))
-	holder := holderClient.ReentrantMutex(n)
-	admin := e.client(e.rdb()).ReentrantMutex(n)
-	waiter := e.client(e.rdb()).ReentrantMutex(n)
+	holder := holderClient.ReentrantMutex(n, dlock.WithHandleOwner())
+	admin := e.client(e.rdb()).ReentrantMutex(n, dlock.WithHandleOwner())
+	waiter := e.client(e.rdb()).ReentrantMutex(n, dlock.WithHandleOwner())
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	require.NoError(t, holder.Lock(ctx))
@@ -188,7 +188,7 @@ func TestReentrantMutex_ForceUnlock_WakesWaiterAndSignalsHolder(t *testing.T) {
 
 func TestReentrantMutex_TTL_ReportsLeaseAndZeroWhenFree(t *testing.T) {
 	e := sharedEnv(t)
-	r := e.client(e.rdb()).ReentrantMutex(name(t), dlock.WithLease(5*time.Second))
+	r := e.client(e.rdb()).ReentrantMutex(name(t), dlock.WithLease(5*time.Second), dlock.WithHandleOwner())
 	ctx := context.Background()
 	d, err := r.TTL(ctx)
 	require.NoError(t, err)
@@ -199,4 +199,63 @@ func TestReentrantMutex_TTL_ReportsLeaseAndZeroWhenFree(t *testing.T) {
 	assert.Greater(t, d, 4*time.Second)
 	assert.LessOrEqual(t, d, 5*time.Second)
 	require.NoError(t, r.Unlock(ctx))
+}
+
+// A handle shared like a sync.Mutex field, by goroutines with no owner in
+// their contexts, must not let them both hold the lock: without
+// WithHandleOwner such calls fail at once and write nothing; with an owner
+// per goroutine they exclude each other; WithHandleOwner opts in to the
+// handle being the one owner.
+func TestReentrantMutex_SharedHandleWithoutOwner_NeverTwoHolders(t *testing.T) {
+	e := sharedEnv(t)
+	c := e.client(e.rdb())
+	ctx := ctxTimeout(t, 20*time.Second)
+	probe := e.rdb()
+
+	shared := c.ReentrantMutex(name(t))
+	for _, call := range []func() error{
+		func() error { return shared.Lock(ctx) },
+		func() error { _, err := shared.TryLock(ctx); return err },
+		func() error { return c.RWMutex(shared.Name()).Lock(ctx) },
+		func() error { return c.RWMutex(shared.Name()).RLock(ctx) },
+	} {
+		err := call()
+		assert.ErrorIs(t, err, dlock.ErrInvalid)
+		assert.Contains(t, err.Error(), "WithOwner")
+	}
+	n, err := probe.Exists(ctx, key(shared.Name()), key(shared.Name())+":mq").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a refused call wrote")
+
+	// An owner per goroutine on the shared handle: exact counter.
+	var counter, inside atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			octx := dlock.WithNewOwner(ctx)
+			for range 10 {
+				if !assert.NoError(t, shared.Lock(octx)) {
+					return
+				}
+				assert.EqualValues(t, 1, inside.Add(1), "two goroutines held the lock")
+				counter.Add(1)
+				inside.Add(-1)
+				assert.NoError(t, shared.Unlock(octx))
+			}
+		}()
+	}
+	wg.Wait()
+	assert.EqualValues(t, 40, counter.Load())
+
+	// WithHandleOwner: the handle is the owner, so its users share one hold.
+	own := c.ReentrantMutex(name(t), dlock.WithHandleOwner())
+	require.NoError(t, own.Lock(ctx))
+	require.NoError(t, own.Lock(ctx))
+	count, err := own.HoldCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	require.NoError(t, own.Unlock(ctx))
+	require.NoError(t, own.Unlock(ctx))
 }

@@ -25,7 +25,7 @@ func TestRWMutex_ThreeClients_WriterAloneReadersOverlap(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rw := c.RWMutex(n)
+				rw := c.RWMutex(n, dlock.WithHandleOwner())
 				ctx := dlock.WithNewOwner(ctxTimeout(t, time.Minute))
 				for i := range 15 {
 					if (g+i)%4 == 0 { // a quarter of the operations write
@@ -63,7 +63,7 @@ func TestRWMutex_SteadyReaderStream_WriterGetsIn(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
 	readerClient := e.client(e.rdb())
-	writer := e.client(e.rdb()).RWMutex(n)
+	writer := e.client(e.rdb()).RWMutex(n, dlock.WithHandleOwner())
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var reads atomic.Int32
@@ -74,7 +74,7 @@ func TestRWMutex_SteadyReaderStream_WriterGetsIn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rw := readerClient.RWMutex(n)
+			rw := readerClient.RWMutex(n, dlock.WithHandleOwner())
 			time.Sleep(time.Duration(i) * hold / 8)
 			for {
 				select {
@@ -112,7 +112,7 @@ func TestRWMutex_Downgrade_WriteThenReadThenUnlockKeepsRead(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
 	c := e.client(e.rdb())
-	rw, other, third := c.RWMutex(n), c.RWMutex(n), c.RWMutex(n)
+	rw, other, third := c.RWMutex(n, dlock.WithHandleOwner()), c.RWMutex(n, dlock.WithHandleOwner()), c.RWMutex(n, dlock.WithHandleOwner())
 	ctx := context.Background()
 	require.NoError(t, rw.Lock(ctx))
 	ok, err := other.TryRLock(ctx)
@@ -138,7 +138,7 @@ func TestRWMutex_ReaderAsksForWrite_ErrUpgradeAtOnce(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
 	c := e.client(e.rdb())
-	rw, other := c.RWMutex(n), c.RWMutex(n)
+	rw, other := c.RWMutex(n, dlock.WithHandleOwner()), c.RWMutex(n, dlock.WithHandleOwner())
 	ctx := context.Background()
 	require.NoError(t, rw.RLock(ctx))
 	start := time.Now()
@@ -161,10 +161,10 @@ func TestRWMutex_CrashedReader_BlocksWriterOnlyUntilItsLease(t *testing.T) {
 	n := name(t)
 	const timeout = time.Second
 	crashed := dlock.New(e.rdb(), dlock.WithWatchdogTimeout(timeout))
-	require.NoError(t, crashed.RWMutex(n).RLock(context.Background()))
+	require.NoError(t, crashed.RWMutex(n, dlock.WithHandleOwner()).RLock(context.Background()))
 	start := time.Now()
 	require.NoError(t, crashed.Close()) // renewals stop; the read hold is never released
-	writer := e.client(e.rdb()).RWMutex(n)
+	writer := e.client(e.rdb()).RWMutex(n, dlock.WithHandleOwner())
 	require.NoError(t, writer.Lock(ctxTimeout(t, 10*time.Second)))
 	d := time.Since(start)
 	assert.Less(t, d, timeout+time.Second, "the writer waits for the lease, not longer")
@@ -175,7 +175,7 @@ func TestRWMutex_CrashedReader_BlocksWriterOnlyUntilItsLease(t *testing.T) {
 func TestRWMutex_WriterRelease_WakesAllReaders(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
-	writer := e.client(e.rdb()).RWMutex(n)
+	writer := e.client(e.rdb()).RWMutex(n, dlock.WithHandleOwner())
 	ctx := ctxTimeout(t, 30*time.Second)
 	require.NoError(t, writer.Lock(ctx))
 	var inside, most atomic.Int32
@@ -186,7 +186,7 @@ func TestRWMutex_WriterRelease_WakesAllReaders(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rw := c.RWMutex(n)
+				rw := c.RWMutex(n, dlock.WithHandleOwner())
 				octx := dlock.WithNewOwner(ctx)
 				require.NoError(t, rw.RLock(octx))
 				r := inside.Add(1)
@@ -210,20 +210,20 @@ func TestRWMutex_WaitingWriterGivesUp_ReadersBehindItProceed(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
 	c := e.client(e.rdb())
-	first := c.RWMutex(n)
+	first := c.RWMutex(n, dlock.WithHandleOwner())
 	ctx := ctxTimeout(t, 30*time.Second)
 	require.NoError(t, first.RLock(ctx))
 	wctx, cancel := context.WithCancel(ctx)
 	writerDone := make(chan error, 1)
-	go func() { writerDone <- e.client(e.rdb()).RWMutex(n).Lock(wctx) }()
+	go func() { writerDone <- e.client(e.rdb()).RWMutex(n, dlock.WithHandleOwner()).Lock(wctx) }()
 	time.Sleep(100 * time.Millisecond) // the writer waits, its mark keeps readers out
-	ok, err := c.RWMutex(n).TryRLock(ctx)
+	ok, err := c.RWMutex(n, dlock.WithHandleOwner()).TryRLock(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "a waiting writer keeps new readers out")
 	readerIn := make(chan struct{})
 	go func() {
 		defer close(readerIn)
-		assert.NoError(t, e.client(e.rdb()).RWMutex(n).RLock(ctx))
+		assert.NoError(t, e.client(e.rdb()).RWMutex(n, dlock.WithHandleOwner()).RLock(ctx))
 	}()
 	time.Sleep(100 * time.Millisecond)
 	cancel()
@@ -242,7 +242,7 @@ func TestRWMutex_RandomMixUnderCancellation_LeavesNothingBehind(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rw := c.RWMutex(n)
+			rw := c.RWMutex(n, dlock.WithHandleOwner())
 			ctx, cancel := context.WithTimeout(dlock.WithNewOwner(context.Background()), time.Duration(1+rand.IntN(20))*time.Millisecond)
 			defer cancel()
 			if i%3 == 0 {
@@ -257,7 +257,8 @@ func TestRWMutex_RandomMixUnderCancellation_LeavesNothingBehind(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	for _, suffix := range []string{"", ":rl", ":rc", ":ww"} {
+	assert.Empty(t, holderOf(t, rdb, n), "nobody writes")
+	for _, suffix := range []string{":rl", ":rc", ":mq", ":mqe"} {
 		exists, err := rdb.Exists(context.Background(), key(n)+suffix).Result()
 		require.NoError(t, err)
 		assert.Zero(t, exists, "key %s left behind", key(n)+suffix)
@@ -271,14 +272,14 @@ func TestRWMutex_WatchdogRenewsReadLeasesAndWaitingMarks(t *testing.T) {
 	readers := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
 	writers := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
 	ctx := ctxTimeout(t, 30*time.Second)
-	r := readers.RWMutex(n)
+	r := readers.RWMutex(n, dlock.WithHandleOwner())
 	rctx := dlock.WithNewOwner(ctx)
 	require.NoError(t, r.RLock(rctx))
 	require.NoError(t, r.RLock(rctx)) // nested read
 	got := make(chan struct{})
 	go func() {
 		defer close(got)
-		assert.NoError(t, writers.RWMutex(n).Lock(ctx))
+		assert.NoError(t, writers.RWMutex(n, dlock.WithHandleOwner()).Lock(ctx))
 	}()
 	time.Sleep(3 * timeout) // both the read lease and the writer's mark outlive 3 leases only if renewed
 	select {
@@ -288,7 +289,7 @@ func TestRWMutex_WatchdogRenewsReadLeasesAndWaitingMarks(t *testing.T) {
 		t.Fatal("read hold lost although renewed")
 	default:
 	}
-	ok, err := readers.RWMutex(n).TryRLock(ctx)
+	ok, err := readers.RWMutex(n, dlock.WithHandleOwner()).TryRLock(ctx)
 	require.NoError(t, err)
 	assert.False(t, ok, "the waiting writer's mark must still keep new readers out")
 	require.NoError(t, r.RUnlock(rctx))

@@ -30,7 +30,7 @@ func BenchmarkTelemetry_LockUnlockPair(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			t := newTelemetry(&mode.cfg)
 			ctx := context.Background()
-			l := &lease{kind: kindMutexName, name: "bench"}
+			l := &hold{kind: kindMutexName, name: "bench"}
 			b.ReportAllocs()
 			for b.Loop() {
 				lctx, sp := t.start(ctx, kindMutexName, "dlock.Mutex.Lock", "bench", 0)

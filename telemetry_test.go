@@ -298,7 +298,7 @@ func TestTelemetry_SemaphoreAndReentrant_CountsOnSpans(t *testing.T) {
 	o := newOtel(t)
 	c := e.client(e.rdb(), o.opts()...)
 	ctx := context.Background()
-	r := c.ReentrantMutex(name(t))
+	r := c.ReentrantMutex(name(t), dlock.WithHandleOwner())
 	require.NoError(t, r.Lock(ctx))
 	require.NoError(t, r.Lock(ctx))
 	spans := o.ended("dlock.ReentrantMutex.Lock")
@@ -331,7 +331,7 @@ func (f *stallUnlock) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 func (f *stallUnlock) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd, scripts.MutexUnlock) {
+		if isScript(cmd, scripts.ExclUnlock) {
 			close(f.entered)
 			<-f.release
 			err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset (injected)")}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,18 +81,29 @@ func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
 	assert.ErrorIs(t, err, ErrClosed)
 }
 
-func TestParseRelease(t *testing.T) {
-	c := &Client{id: "ABC", oneMsg: "ABC|1"}
-	from, spec := parseRelease(c.releaseOne())
-	assert.Equal(t, "ABC", from)
-	assert.Equal(t, wakeOne, spec)
-	_, spec = parseRelease("ABC|0|r")
-	assert.Equal(t, wakeSpec{n: 0, kind: kindReader}, spec)
-	_, spec = parseRelease("ABC|2||X1,Y2")
-	assert.Equal(t, wakeSpec{n: 2, ids: []string{"X1", "Y2"}}, spec)
-	from, spec = parseRelease("garbage")
-	assert.Equal(t, "garbage", from)
-	assert.Equal(t, wakeOne, spec)
+func TestReleaseMsg_DecodesWhatScriptsPublish(t *testing.T) {
+	m := decodeRelease(wakeOneMsg("ABC"))
+	assert.Equal(t, "ABC", m.from)
+	assert.Equal(t, wakeOne, m.wake)
+	assert.Equal(t, wakeSpec{n: 0, kind: kindReader}, decodeRelease("ABC|0|r").wake)
+	assert.Equal(t, wakeSpec{n: 2, ids: []string{"X1", "Y2"}}, decodeRelease("ABC|2||X1,Y2").wake)
+	assert.Equal(t, wakeSpec{n: 1, kind: kindHanded, ids: []string{"T"}}, decodeRelease("ABC|1|g|T").wake)
+	m = decodeRelease("garbage")
+	assert.Equal(t, "garbage", m.from)
+	assert.Equal(t, wakeOne, m.wake)
+}
+
+func TestReleaseMsg_EncodeRoundTrips(t *testing.T) {
+	for _, m := range []releaseMsg{
+		{from: "A", wake: wakeOne},
+		{from: "A", wake: wakeSpec{n: 0, kind: kindWriter}},
+		{from: "A", wake: wakeSpec{n: 0, ids: []string{"X", "Y"}}},
+		{from: "A", wake: wakeSpec{n: 1, kind: kindHanded, ids: []string{"T"}}},
+		{from: "A", wake: wakeSpec{n: 1, kind: kindHanded, ids: []string{"T", "U"}, fence: 1795443186107935, ttl: 2500 * time.Millisecond}},
+	} {
+		assert.Equal(t, m, decodeRelease(m.encode()), m.encode())
+	}
+	assert.Equal(t, "A|1", releaseMsg{from: "A", wake: wakeOne}.encode(), "the short form scripts publish")
 }
 
 func TestWaitRegistry_KindAndIDWakeOnlyThoseNamed(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 
 func tries(c *counter) int {
 	_, cmds := c.snapshot()
-	return cmds["set"] + cmds["evalsha:"+scripts.MutexTry.Hash()] + cmds["eval:"+scripts.MutexTry.Hash()]
+	return cmds["evalsha:"+scripts.ExclTry.Hash()] + cmds["eval:"+scripts.ExclTry.Hash()]
 }
 
 func TestWait_BlockedTwoSeconds_FewAttemptsAndPromptHandoff(t *testing.T) {

@@ -1,0 +1,381 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/dlock-go/dlock"
+)
+
+// cohortRecord is what goroutines write under the lock, in acquisition
+// order: who held it and with which token.
+type cohortRecord struct {
+	mu     sync.Mutex
+	who    []int
+	tokens []uint64
+}
+
+func (r *cohortRecord) add(who int, token uint64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.who = append(r.who, who)
+	r.tokens = append(r.tokens, token)
+	return len(r.who)
+}
+
+func (r *cohortRecord) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.who)
+}
+
+// checkTokens asserts that tokens strictly increase in acquisition order,
+// and that no run of local handoffs (tokens one apart, as a cohort issues
+// them) is longer than maxHandoffs. It returns how many local handoffs
+// there were.
+func checkTokens(t *testing.T, tokens []uint64, maxHandoffs int) int {
+	t.Helper()
+	local, run := 0, 0
+	for i := 1; i < len(tokens); i++ {
+		if !assert.Greater(t, tokens[i], tokens[i-1], "token %d not above the one before", i) {
+			return local
+		}
+		if tokens[i] == tokens[i-1]+1 {
+			local++
+			run++
+			assert.LessOrEqual(t, run, maxHandoffs, "a cohort ran past its bound at acquisition %d", i)
+		} else {
+			run = 0
+		}
+	}
+	return local
+}
+
+// Four Clients, four goroutines on one handle WithCohort each: an exact
+// counter, tokens strictly increasing across local and Redis handoffs, local
+// handoffs within the bound, and every goroutine served. The last token is
+// set far ahead of the server's clock first, so that each Redis grant
+// follows the stored tokens rather than the clock: only the block a grant
+// reserves keeps the next grant above the local handoffs' tokens.
+func TestMutexCohort_ExclusionTokensAndBound(t *testing.T) {
+	// A server of its own: once, in a full CI run on the shared server, a
+	// grant here followed the clock instead of the seeded token (the lock's
+	// key was gone), which about 25 runs alone, loaded or not, never showed; see
+	// NOTES.md.
+	e := realEnv(t)
+	n := name(t)
+	require.NoError(t, e.rdb().HSet(context.Background(), key(n), "k", "mutex", "f", "8000000000000000").Err())
+	const clients, per, rounds, maxHandoffs = 4, 4, 40, 3
+	ctx := ctxTimeout(t, 60*time.Second)
+	var (
+		counter, inside int64
+		rec             cohortRecord
+		wg              sync.WaitGroup
+		served          [clients * per]int
+	)
+	for ci := range clients {
+		m := e.client(e.rdb()).Mutex(n, dlock.WithCohort(maxHandoffs, time.Second))
+		for g := range per {
+			who := ci*per + g
+			wg.Go(func() {
+				for range rounds {
+					if err := m.Lock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					if atomic.AddInt64(&inside, 1) != 1 {
+						t.Error("two holders at once")
+					}
+					v := counter // a lost update shows if exclusion fails
+					time.Sleep(200 * time.Microsecond)
+					counter = v + 1
+					rec.add(who, m.Token())
+					served[who]++
+					atomic.AddInt64(&inside, -1)
+					if err := m.Unlock(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.EqualValues(t, clients*per*rounds, counter)
+	for i := 1; i < len(rec.tokens); i++ {
+		require.Greater(t, rec.tokens[i], rec.tokens[i-1], "token %d not above the one before", i)
+	}
+	for who, s := range served {
+		assert.Equal(t, rounds, s, "goroutine %d", who)
+	}
+	// Every grant from Redis follows the reserved block (max(f, r) + 1,
+	// with the clock behind): a Client's run of consecutive holds is a
+	// block, its first token r + 1 for the block before it.
+	runs, run, longest := 0, 0, 0
+	for i := 1; i < len(rec.tokens); i++ {
+		if rec.who[i]/per == rec.who[i-1]/per {
+			run++
+			longest = max(longest, run)
+		} else {
+			runs, run = runs+1, 0
+		}
+	}
+	t.Logf("%d acquisitions, %d changes of Client, longest run on one Client %d", len(rec.tokens), runs, longest+1)
+	assert.Less(t, runs, len(rec.tokens)/2, "cohorting kept the lock on one Client for several holds")
+}
+
+// A waiter on another Client is served within the bound, however many
+// goroutines keep the lock busy on the cohort's Client.
+func TestMutexCohort_OtherClientServedWithinBound(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	const per, maxHandoffs = 4, 2
+	ctx := ctxTimeout(t, 60*time.Second)
+	a := e.client(e.rdb()).Mutex(n, dlock.WithCohort(maxHandoffs, time.Minute))
+	b := e.client(e.rdb()).Mutex(n)
+	var rec cohortRecord
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for g := range per {
+		wg.Go(func() {
+			for !stop.Load() {
+				if err := a.Lock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				rec.add(g, a.Token())
+				time.Sleep(300 * time.Microsecond)
+				if err := a.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for rec.len() < 20 {
+		time.Sleep(time.Millisecond)
+	}
+	worst := 0
+	for range 20 {
+		before := rec.len()
+		require.NoError(t, b.Lock(ctx))
+		between := rec.add(-1, b.Token()) - 1 - before
+		worst = max(worst, between)
+		time.Sleep(300 * time.Microsecond)
+		require.NoError(t, b.Unlock(ctx))
+		time.Sleep(time.Duration(1+worst%3) * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	// When b queues, the cohort running has at most maxHandoffs to go; the
+	// goroutines of a queued ahead of b can take the lock once more from
+	// Redis and start one more cohort, which serves them first. Add the
+	// holder that had not recorded itself yet when b called Lock, and one
+	// more grant during b's first round trip.
+	t.Logf("worst: %d acquisitions by the other Client between b's Lock call and its grant", worst)
+	assert.LessOrEqual(t, worst, 2*(maxHandoffs+1)+2, "b waited past the bound")
+	local := checkTokens(t, rec.tokens, maxHandoffs)
+	assert.Greater(t, local, len(rec.tokens)/3, "cohorting handed the lock on locally")
+}
+
+// A local holder has its own Lost channel and hold context: deleting the key
+// under a cohort reports the current local holder lost, and not the one
+// before it, which had released.
+func TestMutexCohort_LostAndHoldContextPerHold(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond))
+	m := c.Mutex(n, dlock.WithCohort(0, time.Minute))
+	require.NoError(t, m.Lock(ctx))
+	first := m.Token()
+	lost1 := m.Lost()
+	hctx1, cancel1 := m.HoldContext(context.Background())
+	defer cancel1()
+
+	got := make(chan error, 1)
+	go func() { got <- m.Lock(ctx) }()
+	waitQueued(t, e, n, 1)
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, <-got)
+	assert.Equal(t, first+1, m.Token(), "a local handoff takes the next token")
+	within(t, hctx1.Done(), time.Second, "the first hold's context, ended by its Unlock")
+	assert.NotErrorIs(t, context.Cause(hctx1), dlock.ErrLost)
+	lost2 := m.Lost()
+	hctx2, cancel2 := m.HoldContext(context.Background())
+	defer cancel2()
+	select {
+	case <-lost2:
+		t.Fatal("the new local hold is lost at once")
+	default:
+	}
+
+	require.NoError(t, e.rdb().Del(ctx, key(n)).Err())
+	within(t, lost2, 2*time.Second, "Lost of the local holder after its key was deleted")
+	within(t, hctx2.Done(), time.Second, "the local holder's hold context")
+	assert.ErrorIs(t, context.Cause(hctx2), dlock.ErrLost)
+	select {
+	case <-lost1:
+		t.Fatal("the released hold was reported lost")
+	default:
+	}
+	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost)
+}
+
+// waitQueued waits until n's queue in Redis has want live waiters.
+func waitQueued(t *testing.T, e *env, n string, want int64) {
+	t.Helper()
+	rdb := e.rdb()
+	for range 500 {
+		c, err := rdb.ZCard(context.Background(), key(n)+":mq").Result()
+		require.NoError(t, err)
+		if c >= want {
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("%d waiters never queued", want)
+}
+
+// A local handoff inherits the lease deadline of the Redis grant: with
+// renewals stalled (writes paused) from just after the grant, the local
+// holder is reported lost when the grant's lease ends, not a lease after the
+// handoff.
+func TestMutexCohort_LocalHoldEndsWithTheRedisLease(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const timeout = 3 * time.Second // renewals every second
+	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	m := c.Mutex(n, dlock.WithCohort(0, time.Minute))
+	granted := time.Now()
+	require.NoError(t, m.Lock(ctx))
+	got := make(chan error, 1)
+	go func() { got <- m.Lock(ctx) }()
+	waitQueued(t, e, n, 1)
+	first := m.Token()
+	time.Sleep(100 * time.Millisecond) // the waiter's tries are in
+	// From now on renewals hang: the first one is due a second after the
+	// grant.
+	require.NoError(t, e.rdb().Do(ctx, "CLIENT", "PAUSE", (2*timeout).Milliseconds(), "WRITE").Err())
+	defer e.rdb().Do(context.Background(), "CLIENT", "UNPAUSE")
+	time.Sleep(700 * time.Millisecond)
+	// The handoff is local; Unlock then takes the waiter's place out of the
+	// queue, a write that waits for the pause to end.
+	go func() { _ = m.Unlock(ctx) }()
+	for m.Token() != first+1 {
+		require.Less(t, time.Since(granted), timeout, "no local handoff")
+		time.Sleep(time.Millisecond)
+	}
+	handed := time.Since(granted)
+	within(t, m.Lost(), 2*timeout, "Lost of the local holder")
+	t.Logf("handed over %v after the grant, lost %v after it", handed, time.Since(granted))
+	assert.Less(t, time.Since(granted), timeout+200*time.Millisecond, "the local hold outlived the lease it inherited")
+	<-got
+}
+
+// A local waiter whose ctx ends as the lock is handed to it leaves nothing
+// held: the lock goes on, to Redis or to the next waiter.
+func TestMutexCohort_CancelledLocalWaiterLeavesNothingHeld(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	m := e.client(e.rdb()).Mutex(n, dlock.WithCohort(0, time.Minute))
+	other := e.client(e.rdb()).Mutex(n)
+	failed := 0
+	for i := range 40 {
+		require.NoError(t, m.Lock(ctx))
+		wctx, cancel := context.WithCancel(ctx)
+		got := make(chan error, 1)
+		go func() { got <- m.Lock(wctx) }()
+		time.Sleep(10 * time.Millisecond) // waiting, in Redis or locally
+		// Cancel and unlock together: the handoff and the end of ctx race.
+		go cancel()
+		if i%2 == 0 {
+			time.Sleep(time.Duration(i%5) * 10 * time.Microsecond)
+		}
+		require.NoError(t, m.Unlock(ctx))
+		err := <-got
+		if err != nil {
+			failed++
+			require.ErrorIs(t, err, dlock.ErrNotObtained)
+			assert.Zero(t, m.Token(), "round %d: a cancelled Lock left a hold", i)
+		} else {
+			require.NoError(t, m.Unlock(ctx))
+		}
+		// Nothing is held: another Client takes the lock at once.
+		tctx, tcancel := context.WithTimeout(ctx, 2*time.Second)
+		require.NoError(t, other.Lock(tctx), "round %d", i)
+		tcancel()
+		require.NoError(t, other.Unlock(ctx))
+		cancel()
+	}
+	t.Logf("%d of 40 waiters gave up", failed)
+}
+
+// Close with a cohort running ends every Lock with ErrClosed, leaves no
+// goroutine behind, and leaves the lock free for others.
+func TestMutexCohort_CloseLeaksNothing(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 20*time.Second)
+	other := e.client(e.rdb()).Mutex(n)
+	ignore := goleak.IgnoreCurrent()
+	c := dlock.New(rdb)
+	m := c.Mutex(n, dlock.WithCohort(0, 0))
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				if err := m.Lock(ctx); err != nil {
+					if !errors.Is(err, dlock.ErrClosed) {
+						t.Error(err)
+					}
+					return
+				}
+				time.Sleep(200 * time.Microsecond)
+				if err := m.Unlock(ctx); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLost) {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, c.Close())
+	wg.Wait()
+	goleak.VerifyNone(t, ignore,
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
+	// A hold Close ended still stands in Redis until its lease runs out;
+	// with the default watchdog that is 30s, so release it as an operator.
+	_, err := other.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.NoError(t, other.Lock(ctx))
+	require.NoError(t, other.Unlock(ctx))
+}
+
+// A hold that Extend set apart is not handed on locally: it goes back to
+// Redis, where the waiter still has its place.
+func TestMutexCohort_ExtendedHoldGoesThroughRedis(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	m := e.client(e.rdb()).Mutex(n, dlock.WithCohort(0, time.Minute))
+	require.NoError(t, m.Lock(ctx))
+	first := m.Token()
+	require.NoError(t, m.Extend(ctx, 5*time.Second))
+	got := make(chan error, 1)
+	go func() { got <- m.Lock(ctx) }()
+	waitQueued(t, e, n, 1)
+	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, <-got)
+	assert.Greater(t, m.Token(), first+1, "granted by Redis, with a token past the reserved block")
+	require.NoError(t, m.Unlock(ctx))
+}

@@ -1,0 +1,296 @@
+package dlock_test
+
+// Fault scenarios for the lease clock: a holder must learn that its hold is
+// lost before anyone else can hold the lock, whatever the network or the
+// server does, with go-redis left at its defaults as a user would leave it.
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultnet"
+	"github.com/dlock-go/dlock/scripts"
+)
+
+// proxied returns a go-redis client with default options (no
+// ContextTimeoutEnabled, default read timeouts) that reaches e's server
+// through a fault-injecting proxy.
+func (e *env) proxied(hooks ...redis.Hook) (*redis.Client, *faultnet.Proxy) {
+	p, err := faultnet.Start(e.srv.Addr)
+	require.NoError(e.t, err)
+	e.t.Cleanup(p.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr})
+	for _, h := range hooks {
+		rdb.AddHook(h)
+	}
+	e.t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, p
+}
+
+// endedAt records when ctx ends.
+func endedAt(ctx context.Context) func() time.Time {
+	var at atomic.Pointer[time.Time]
+	context.AfterFunc(ctx, func() {
+		now := time.Now()
+		at.Store(&now)
+	})
+	return func() time.Time {
+		if p := at.Load(); p != nil {
+			return *p
+		}
+		return time.Time{}
+	}
+}
+
+// lockAt takes m in the background and reports when Lock returned.
+func lockAt(t *testing.T, ctx context.Context, m *dlock.Mutex) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		err := m.Lock(ctx)
+		at := time.Now()
+		if err != nil {
+			t.Errorf("the other Client's Lock: %v", err)
+			at = time.Time{}
+		}
+		ch <- at
+	}()
+	return ch
+}
+
+func TestFault_PartitionLongerThanLease_HolderLearnsBeforeAnotherHolds(t *testing.T) {
+	e := realEnv(t)
+	const timeout = time.Second
+	for round := range 3 {
+		rdb, proxy := e.proxied()
+		holder := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
+		other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+		n := name(t)
+		ctx := ctxTimeout(t, 20*time.Second)
+		m := holder.Mutex(n)
+		require.NoError(t, m.Lock(ctx))
+		hctx, stop := m.HoldContext(ctx)
+		holderKnew := endedAt(hctx)
+		// Start the partition anywhere in the renewal period.
+		time.Sleep(time.Duration(rand.Int64N(int64(timeout / 3))))
+
+		start := time.Now()
+		proxy.Partition()
+		om := other.Mutex(n)
+		acquired := lockAt(t, ctx, om)
+		var otherHeld time.Time
+		select {
+		case otherHeld = <-acquired:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the other Client never acquired")
+		}
+		knew := holderKnew()
+		require.False(t, knew.IsZero(), "round %d: the partitioned holder was not told of its loss at all", round)
+		select {
+		case <-m.Lost():
+		default:
+			t.Fatalf("round %d: HoldContext ended but Lost did not close", round)
+		}
+		t.Logf("round %d: partition at 0; holder told at %v; other Client held at %v (%v later)",
+			round, knew.Sub(start).Round(time.Millisecond), otherHeld.Sub(start).Round(time.Millisecond),
+			otherHeld.Sub(knew).Round(time.Millisecond))
+		assert.True(t, knew.Before(otherHeld), "round %d: the holder learned of its loss only after another Client held the lock", round)
+		assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+		stop()
+
+		proxy.Heal()
+		assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost, "the healed holder's Unlock")
+		require.NoError(t, om.Unlock(ctx))
+		require.NoError(t, holder.Close())
+	}
+}
+
+func TestFault_LatencyFortyPercentOfTimeout_HoldsKeptForFiveLeases(t *testing.T) {
+	e := realEnv(t)
+	const timeout = time.Second
+	rdb, proxy := e.proxied()
+	proxy.SetLatency(timeout/5, timeout/5) // a round trip is 40% of the lease
+	c := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
+	ctx := ctxTimeout(t, 30*time.Second)
+	probe := e.rdb()
+	ms := []*dlock.Mutex{c.Mutex(name(t)), c.Mutex(name(t)), c.Mutex(name(t))}
+	for _, m := range ms {
+		start := time.Now()
+		require.NoError(t, m.Lock(ctx))
+		t.Logf("Lock over a 400ms round trip took %v", time.Since(start).Round(time.Millisecond))
+	}
+	minTTL := time.Hour
+	for end := time.Now().Add(5 * timeout); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		for _, m := range ms {
+			d, err := probe.PTTL(ctx, key(m.Name())).Result()
+			require.NoError(t, err)
+			require.Positive(t, d, "a key expired while its holder held it")
+			minTTL = min(minTTL, d)
+			select {
+			case <-m.Lost():
+				t.Fatal("a hold was reported lost although every renewal fits in its lease")
+			default:
+			}
+		}
+	}
+	t.Logf("5 leases at 400ms round trips: lowest TTL seen on the server %v of %v", minTTL, timeout)
+	for _, m := range ms {
+		require.NoError(t, m.Unlock(ctx))
+	}
+}
+
+// serverStall runs a command that stalls the server for longer than the
+// lease, and checks that the holder is told at its deadline, during the
+// stall, and before another Client holds the lock.
+func serverStall(t *testing.T, stall func(e *env, ctx context.Context)) {
+	e := realEnv(t)
+	const timeout = time.Second
+	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	m := c.Mutex(n)
+	require.NoError(t, m.Lock(ctx))
+	hctx, stop := m.HoldContext(ctx)
+	defer stop()
+	holderKnew := endedAt(hctx)
+	time.Sleep(time.Duration(rand.Int64N(int64(timeout / 3))))
+
+	start := time.Now()
+	go stall(e, ctx) // the server stops answering for 3s
+	time.Sleep(20 * time.Millisecond)
+	om := other.Mutex(n)
+	acquired := lockAt(t, ctx, om)
+	told := within(t, m.Lost(), 5*time.Second, "Lost during the stall") + 20*time.Millisecond
+	otherHeld := <-acquired
+	knew := holderKnew()
+	t.Logf("stall at 0; holder told at %v; other Client held at %v", told.Round(time.Millisecond), otherHeld.Sub(start).Round(time.Millisecond))
+	// The last renewal was sent at most a period before the stall, and
+	// the deadline is a lease after it.
+	assert.Greater(t, told, timeout-timeout/3-50*time.Millisecond, "not before the lease could have run out")
+	assert.Less(t, told, timeout+200*time.Millisecond, "at the deadline, not when the server answers again")
+	assert.True(t, knew.Before(otherHeld), "the holder learned of its loss only after another Client held the lock")
+	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost)
+	require.NoError(t, om.Unlock(ctx))
+}
+
+func TestFault_ClientPauseLongerThanLease_LostAtTheDeadline(t *testing.T) {
+	serverStall(t, func(e *env, ctx context.Context) {
+		_, err := e.srv.Do(ctx, "client", "pause", 3000, "all")
+		assert.NoError(t, err)
+	})
+}
+
+func TestFault_DebugSleepLongerThanLease_LostAtTheDeadline(t *testing.T) {
+	serverStall(t, func(e *env, ctx context.Context) {
+		_, err := e.srv.Do(ctx, "debug", "sleep", 3)
+		assert.NoError(t, err)
+	})
+}
+
+func TestFault_LockOverSlowColdConnection_LiveHoldOrError(t *testing.T) {
+	e := realEnv(t)
+	const timeout = time.Second
+	for _, op := range []string{"Lock", "TryLock"} {
+		t.Run(op, func(t *testing.T) {
+			rdb, proxy := e.proxied()
+			proxy.SetLatency(200*time.Millisecond, 200*time.Millisecond)
+			c := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
+			m := c.Mutex(name(t))
+			ctx := ctxTimeout(t, 30*time.Second)
+			start := time.Now()
+			var err error
+			ok := true
+			if op == "Lock" {
+				err = m.Lock(ctx)
+			} else {
+				ok, err = m.TryLock(ctx)
+			}
+			took := time.Since(start)
+			t.Logf("%s on a cold connection with 400ms round trips: %v after %v", op, err, took.Round(time.Millisecond))
+			if err != nil || !ok {
+				assert.ErrorIs(t, err, dlock.ErrNotObtained, "a failed call says why")
+				assert.Nil(t, m.Lost(), "nothing held")
+				return
+			}
+			// A returned hold has at least a third of its lease left.
+			select {
+			case <-m.Lost():
+				t.Fatal("Lock returned a hold that was already lost")
+			case <-time.After(timeout / 4):
+			}
+			d, err := e.rdb().PTTL(ctx, key(m.Name())).Result()
+			require.NoError(t, err)
+			assert.Positive(t, d, "held on the server")
+			require.NoError(t, m.Unlock(ctx))
+		})
+	}
+}
+
+// failing is a go-redis hook that fails matching commands without sending
+// them.
+type failing struct {
+	match func(cmd redis.Cmder) bool
+	armed atomic.Bool
+}
+
+func (h *failing) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *failing) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() && h.match(cmd) {
+			err := errors.New("connection reset (injected)")
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *failing) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func TestFault_FailedUnlock_StopsRenewalsSoTheKeyExpiresByItsLease(t *testing.T) {
+	e := realEnv(t)
+	const timeout = 900 * time.Millisecond
+	h := &failing{match: func(cmd redis.Cmder) bool {
+		return isScript(cmd, scripts.ExclUnlock) || isScript(cmd, scripts.ExclCancel)
+	}}
+	cnt := newCounter()
+	c := e.client(e.rdb(h, cnt), dlock.WithWatchdogTimeout(timeout))
+	n := name(t)
+	m := c.Mutex(n)
+	ctx := ctxTimeout(t, 10*time.Second)
+	require.NoError(t, m.Lock(ctx))
+	time.Sleep(timeout) // renewed a few times
+	require.Positive(t, renewCalls(cnt))
+
+	h.armed.Store(true)
+	failedAt := time.Now()
+	require.Error(t, m.Unlock(ctx))
+	cnt.reset()
+	probe := e.rdb()
+	for {
+		exists, err := probe.Exists(ctx, key(n)).Result()
+		require.NoError(t, err)
+		if exists == 0 {
+			break
+		}
+		require.Less(t, time.Since(failedAt), timeout+200*time.Millisecond, "the key outlived its lease after a failed Unlock")
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("key expired %v after the failed Unlock (lease %v)", time.Since(failedAt).Round(time.Millisecond), timeout)
+	assert.Zero(t, renewCalls(cnt), "no renewal after the failed Unlock")
+	within(t, m.Lost(), time.Second, "Lost at the deadline")
+	h.armed.Store(false)
+	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost, "a retried Unlock finds the hold gone")
+}

@@ -1,0 +1,223 @@
+package dlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+)
+
+// kindSetup makes a live primitive of one kind on a name.
+type kindSetup struct {
+	kind  string
+	found string // what the error says the main key holds
+	make  func(t *testing.T, ctx context.Context, c *dlock.Client, n string)
+}
+
+var kindSetups = []kindSetup{
+	{"mutex", "a mutex", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		require.NoError(t, c.Mutex(n).Lock(ctx))
+	}},
+	{"reentrant", "a reentrant_mutex", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		require.NoError(t, c.ReentrantMutex(n, dlock.WithHandleOwner()).Lock(ctx))
+	}},
+	{"rwmutex writer", "a rwlock", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		require.NoError(t, c.RWMutex(n, dlock.WithHandleOwner()).Lock(ctx))
+	}},
+	{"rwmutex readers only", "a rwlock", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		require.NoError(t, c.RWMutex(n, dlock.WithHandleOwner()).RLock(ctx))
+	}},
+	{"semaphore", "a semaphore", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		s := c.Semaphore(n)
+		require.NoError(t, s.SetPermits(ctx, 2))
+		_, err := s.Acquire(ctx, 1)
+		require.NoError(t, err)
+	}},
+	{"election", "an election", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		require.NoError(t, c.Election(n).Campaign(ctx, "leader"))
+	}},
+	{"latch", "a latch", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) {
+		ok, err := c.CountDownLatch(n).TrySetCount(ctx, 3)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}},
+}
+
+// kindOp is one call of one kind of primitive.
+type kindOp struct {
+	kind string // the kindSetup it belongs to (it may run on its own kind)
+	name string
+	run  func(ctx context.Context, c *dlock.Client, n string) error
+}
+
+func dropOK[T any](_ T, err error) error { return err }
+
+var kindOps = []kindOp{
+	{"mutex", "Mutex.Lock", func(ctx context.Context, c *dlock.Client, n string) error { return c.Mutex(n).Lock(ctx) }},
+	{"mutex", "Mutex.TryLock", func(ctx context.Context, c *dlock.Client, n string) error { return dropOK(c.Mutex(n).TryLock(ctx)) }},
+	{"mutex", "Mutex.Status", func(ctx context.Context, c *dlock.Client, n string) error { return dropOK(c.Mutex(n).Status(ctx)) }},
+	{"mutex", "Mutex.ForceUnlock", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.Mutex(n).ForceUnlock(ctx))
+	}},
+	{"reentrant", "ReentrantMutex.Lock", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.ReentrantMutex(n, dlock.WithHandleOwner()).Lock(ctx)
+	}},
+	{"reentrant", "ReentrantMutex.IsLocked", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.ReentrantMutex(n, dlock.WithHandleOwner()).IsLocked(ctx))
+	}},
+	{"rwmutex", "RWMutex.Lock", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.RWMutex(n, dlock.WithHandleOwner()).Lock(ctx)
+	}},
+	{"rwmutex", "RWMutex.RLock", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.RWMutex(n, dlock.WithHandleOwner()).RLock(ctx)
+	}},
+	{"rwmutex", "RWMutex.ForceUnlock", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.RWMutex(n, dlock.WithHandleOwner()).ForceUnlock(ctx))
+	}},
+	{"semaphore", "Semaphore.Acquire", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.Semaphore(n).Acquire(ctx, 1))
+	}},
+	{"semaphore", "Semaphore.SetPermits", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.Semaphore(n).SetPermits(ctx, 5)
+	}},
+	{"semaphore", "Semaphore.Available", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.Semaphore(n).Available(ctx))
+	}},
+	{"election", "Election.Campaign", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.Election(n).Campaign(ctx, "v")
+	}},
+	{"election", "Election.Leader", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.Election(n).Leader(ctx))
+	}},
+	{"latch", "CountDownLatch.TrySetCount", func(ctx context.Context, c *dlock.Client, n string) error {
+		return dropOK(c.CountDownLatch(n).TrySetCount(ctx, 2))
+	}},
+	{"latch", "CountDownLatch.CountDown", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.CountDownLatch(n).CountDown(ctx)
+	}},
+	{"latch", "CountDownLatch.Await", func(ctx context.Context, c *dlock.Client, n string) error {
+		return c.CountDownLatch(n).Await(ctx)
+	}},
+}
+
+// snapshot is every key of a primitive: its DUMP and whether it has an
+// expiry, by key.
+func snapshot(t *testing.T, ctx context.Context, rdb *redis.Client, n string) map[string]string {
+	t.Helper()
+	keys, err := rdb.Keys(ctx, key(n)+"*").Result()
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, k := range keys {
+		d, err := rdb.Dump(ctx, k).Result()
+		require.NoError(t, err)
+		ttl, err := rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		out[k] = fmt.Sprintf("%x expires=%v", d, ttl >= 0)
+	}
+	return out
+}
+
+// Every primitive refuses a name that another kind holds: at once, with an
+// error that names the key and what it holds, and without writing.
+//
+// It needs a real server: the scripts read another kind's key with
+// redis.pcall and classify the WRONGTYPE reply, which miniredis's Lua
+// raises differently.
+func TestKinds_EveryPairRefusedAtOnceNothingWritten(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	owner := e.client(rdb)
+	c := e.client(e.rdb())
+	pairs := 0
+	for _, setup := range kindSetups {
+		for _, op := range kindOps {
+			if setup.kind == op.kind || (op.kind == "rwmutex" && setup.found == "a rwlock") {
+				continue
+			}
+			pairs++
+			t.Run(setup.kind+"/"+op.name, func(t *testing.T) {
+				ctx := ctxTimeout(t, 10*time.Second)
+				n := name(t)
+				setup.make(t, ctx, owner, n)
+				before := snapshot(t, ctx, rdb, n)
+				octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				start := time.Now()
+				err := op.run(octx, c, n)
+				took := time.Since(start)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, dlock.ErrInvalid)
+				assert.False(t, errors.Is(err, context.DeadlineExceeded), "waited instead of refusing: %v", err)
+				assert.Less(t, took, 500*time.Millisecond, "not at once")
+				assert.Contains(t, err.Error(), fmt.Sprintf("%q", key(n)), "the error names the key")
+				assert.Contains(t, err.Error(), setup.found, "the error says what the key holds")
+				assert.NotContains(t, err.Error(), "script:", "no script SHA in errors")
+				assert.NotContains(t, err.Error(), "user_script", "no script line in errors")
+				after := snapshot(t, ctx, rdb, n)
+				assert.Equal(t, before, after, "a refused call wrote")
+			})
+		}
+	}
+	t.Logf("%d pairs of kinds refused", pairs)
+}
+
+// Keys that dlock did not write, at a main key or an auxiliary one, are
+// refused the same way.
+func TestKinds_ForeignKeysRefusedAtOnceNothingWritten(t *testing.T) {
+	e := realEnv(t) // a real server, as above
+	rdb := e.rdb()
+	c := e.client(e.rdb())
+	cases := []struct {
+		what   string
+		suffix string
+		found  string
+		put    func(ctx context.Context, k string) error
+		ops    []string
+	}{
+		{"string without expiry at the main key", "", "string", func(ctx context.Context, k string) error { return rdb.Set(ctx, k, "v", 0).Err() },
+			[]string{"Mutex.Lock", "ReentrantMutex.Lock", "RWMutex.RLock", "Semaphore.Acquire", "CountDownLatch.Await"}},
+		{"user's hash at the main key", "", "hash of another program", func(ctx context.Context, k string) error { return rdb.HSet(ctx, k, "total", "3").Err() },
+			[]string{"Mutex.Lock", "ReentrantMutex.Lock", "RWMutex.Lock", "Semaphore.Acquire", "CountDownLatch.TrySetCount"}},
+		{"list at the queue key", ":mq", "list", func(ctx context.Context, k string) error { return rdb.RPush(ctx, k, "x").Err() },
+			[]string{"Mutex.Lock", "Mutex.TryLock", "ReentrantMutex.Lock", "RWMutex.Lock"}},
+		{"string at the read-lease key", ":rl", "string", func(ctx context.Context, k string) error { return rdb.Set(ctx, k, "x", 0).Err() },
+			[]string{"RWMutex.RLock", "RWMutex.Lock"}},
+		{"set at the permits key", ":h", "set", func(ctx context.Context, k string) error { return rdb.SAdd(ctx, k, "x").Err() },
+			[]string{"Semaphore.Acquire", "Semaphore.SetPermits"}},
+	}
+	ops := map[string]kindOp{}
+	for _, op := range kindOps {
+		ops[op.name] = op
+	}
+	for _, tc := range cases {
+		for _, opName := range tc.ops {
+			t.Run(tc.what+"/"+opName, func(t *testing.T) {
+				ctx := ctxTimeout(t, 10*time.Second)
+				n := name(t)
+				if opName == "Semaphore.Acquire" && tc.suffix == ":h" {
+					require.NoError(t, c.Semaphore(n).SetPermits(ctx, 1))
+				}
+				bad := key(n) + tc.suffix
+				require.NoError(t, tc.put(ctx, bad))
+				before := snapshot(t, ctx, rdb, n)
+				octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				start := time.Now()
+				err := ops[opName].run(octx, c, n)
+				require.Error(t, err)
+				assert.ErrorIs(t, err, dlock.ErrInvalid)
+				assert.Less(t, time.Since(start), 500*time.Millisecond, "not at once")
+				assert.Contains(t, err.Error(), fmt.Sprintf("%q", bad), "the error names the bad key")
+				assert.Contains(t, err.Error(), tc.found)
+				assert.Equal(t, before, snapshot(t, ctx, rdb, n), "a refused call wrote")
+			})
+		}
+	}
+}

@@ -1,0 +1,62 @@
+package dlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// A re-acquire on a master that lost the key, sent just before Unlock
+// released the hold, must not leave the key there once both are done.
+func TestRedlock_ReacquireRacingUnlock_LeavesNoKey(t *testing.T) {
+	var rdbs []redis.UniversalClient
+	var srvs []*redistest.Server
+	for range 3 {
+		s := redistest.Real(t)
+		srvs = append(srvs, s)
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		rdbs = append(rdbs, rdb)
+	}
+	reached, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func() {
+		once.Do(func() {
+			close(reached)
+			<-proceed
+		})
+	}
+	rlReacquireHook.Store(&hook)
+	t.Cleanup(func() { rlReacquireHook.Store(nil) })
+	r := NewRedlock(rdbs, WithWatchdogTimeout(600*time.Millisecond))
+	t.Cleanup(func() { _ = r.Close() })
+	m := r.Mutex(t.Name())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	require.NoError(t, m.Lock(ctx))
+	require.Eventually(t, func() bool { // Lock returns on a quorum
+		v, err := srvs[0].Do(ctx, "hget", m.key, "o")
+		return err == nil && v == m.hold.spec.id
+	}, time.Second, 5*time.Millisecond)
+	_, err := srvs[0].Do(ctx, "del", m.key) // master 0 lost the key
+	require.NoError(t, err)
+	select {
+	case <-reached: // a renewal found it gone; its re-acquire is about to go
+	case <-ctx.Done():
+		t.Fatal("no re-acquire")
+	}
+	require.NoError(t, m.Unlock(ctx))
+	close(proceed)
+	time.Sleep(100 * time.Millisecond) // the re-acquire, and what follows it
+	require.NoError(t, r.Close())
+	_, err = srvs[0].Do(ctx, "hget", m.key, "o")
+	require.True(t, errors.Is(err, redis.Nil), "master 0 still has a holder after Unlock (err %v)", err)
+}
