@@ -20,10 +20,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/embedded"
 )
 
 func main() {
@@ -60,7 +60,9 @@ func run(url string, clients, workers, rounds int) error {
 
 func connect(url string) (*redis.Options, string, func(), error) {
 	if url == "" {
-		mr, err := miniredis.Run()
+		// A miniredis whose clock follows the wall clock, so that leases
+		// run out as on a real server.
+		mr, err := embedded.Start("")
 		if err != nil {
 			return nil, "", nil, err
 		}

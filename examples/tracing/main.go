@@ -17,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
@@ -25,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/embedded"
 )
 
 func main() {
@@ -40,7 +40,7 @@ func main() {
 func run(url string, asJSON bool) error {
 	opts := &redis.Options{}
 	if url == "" {
-		mr, err := miniredis.Run()
+		mr, err := embedded.Start("") // a miniredis whose TTLs run out in real time
 		if err != nil {
 			return err
 		}
