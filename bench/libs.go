@@ -33,7 +33,9 @@ type lib struct {
 	name     string
 	settings string
 	floor    bool // a reference floor, not a lock library
-	open     func(addr string) (instance, error)
+	// open makes one instance; cnt, when not nil, counts the round trips
+	// of every client the instance makes (the contention section).
+	open func(addr string, cnt *rtCounter) (instance, error)
 }
 
 // poolSize is the go-redis pool size used by every go-redis based entry, so
@@ -44,6 +46,15 @@ func newGoRedis(addr string) *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: addr, PoolSize: poolSize})
 }
 
+// newCounted is newGoRedis with cnt's hook on the client, if cnt is not nil.
+func newCounted(addr string, cnt *rtCounter) *redis.Client {
+	rdb := newGoRedis(addr)
+	if cnt != nil {
+		rdb.AddHook(cnt)
+	}
+	return rdb
+}
+
 var errNotObtained = errors.New("not obtained")
 
 func libraries() []lib {
@@ -51,34 +62,38 @@ func libraries() []lib {
 		{
 			name:     "dlock",
 			settings: "dlock.New(go-redis client) with defaults (watchdog lease 30s, pub/sub wake-up); c.Mutex(key).Lock/Unlock",
-			open: func(addr string) (instance, error) {
-				rdb := newGoRedis(addr)
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				rdb := newCounted(addr, cnt)
 				return &dlockInst{rdb: rdb, c: dlock.New(rdb)}, nil
 			},
 		},
 		{
 			name:     "redsync",
 			settings: "redsync/v4 v4.18.1, one goredis/v9 pool; NewMutex(key, WithTries(MaxInt32), WithRetryDelay(1ms)), default expiry 8s; LockContext/UnlockContext",
-			open: func(addr string) (instance, error) {
-				rdb := newGoRedis(addr)
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				rdb := newCounted(addr, cnt)
 				return &redsyncInst{rdb: rdb, rs: redsync.New(redsyncgoredis.NewPool(rdb))}, nil
 			},
 		},
 		{
 			name:     "redislock",
 			settings: "bsm/redislock v0.9.4; Obtain(ctx, key, ttl 30s, RetryStrategy: LinearBackoff(1ms)); Release",
-			open: func(addr string) (instance, error) {
-				rdb := newGoRedis(addr)
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				rdb := newCounted(addr, cnt)
 				return &redislockInst{rdb: rdb, c: redislock.New(rdb)}, nil
 			},
 		},
 		{
 			name:     "rueidislock",
 			settings: "rueidis/rueidislock v1.0.79 with defaults (KeyMajority 2 = 3 keys per lock, validity 5s, client-side-caching wake-up); WithContext / cancel",
-			open: func(addr string) (instance, error) {
-				l, err := rueidislock.NewLocker(rueidislock.LockerOption{
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				opt := rueidislock.LockerOption{
 					ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
-				})
+				}
+				if cnt != nil {
+					opt.ClientBuilder = cnt.rueidisBuilder
+				}
+				l, err := rueidislock.NewLocker(opt)
 				if err != nil {
 					return nil, err
 				}
@@ -94,16 +109,16 @@ func floors() []lib {
 			name:     "PING floor",
 			settings: "go-redis: PING, PING (two round trips, no lock)",
 			floor:    true,
-			open: func(addr string) (instance, error) {
-				return &pingInst{rdb: newGoRedis(addr)}, nil
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				return &pingInst{rdb: newCounted(addr, cnt)}, nil
 			},
 		},
 		{
 			name:     "minimal safe lock",
 			settings: "go-redis: SET key token NX PX 30000; one Lua script: if GET==token then DEL+PUBLISH (no client logic)",
 			floor:    true,
-			open: func(addr string) (instance, error) {
-				return &minimalInst{rdb: newGoRedis(addr)}, nil
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				return &minimalInst{rdb: newCounted(addr, cnt)}, nil
 			},
 		},
 	}

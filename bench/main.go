@@ -1,7 +1,14 @@
 // Command bench compares dlock with peer Go Redis lock libraries on a
-// redis-server it starts for itself. Run it with `go run .` (about 2 minutes)
-// or `go run . -quick` (a smoke run of about 15 seconds). It prints a table
+// redis-server it starts for itself. Run it with `go run .` (about 3 minutes)
+// or `go run . -quick` (a smoke run of about 25 seconds). It prints a table
 // and writes BENCHMARKS.md and benchmarks.png next to itself.
+//
+// `go run . -only contention` runs the contention section alone (C Clients x
+// G goroutines on one lock name; about a minute) and prints its table only,
+// writing nothing; -cont-cohort picks the Mutex WithCohort bounds it runs.
+// `go run . -only handoff` runs the handoff section alone: a Mutex handoff to
+// a waiter on the same and on another Client, and a local one WithCohort,
+// against a PING sent after the same idle pause, interleaved in one run.
 package main
 
 import (
@@ -9,6 +16,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dlock-go/dlock"
@@ -27,6 +36,8 @@ type config struct {
 	semPermits int
 	semHold    time.Duration
 	outDir     string
+	only       string
+	cont       contConfig
 }
 
 func main() {
@@ -36,7 +47,37 @@ func main() {
 	flag.DurationVar(&cfg.dur, "dur", 0, "duration of one library's turn in a round (default 1s, quick 200ms)")
 	flag.IntVar(&cfg.handoffs, "handoffs", 0, "W2 handoffs per library (default 200, quick 60)")
 	flag.StringVar(&cfg.outDir, "out", ".", "directory for BENCHMARKS.md and benchmarks.png")
+	flag.StringVar(&cfg.only, "only", "", `run one section alone and print its table, writing nothing: "contention", "uncontended" (W1), "redlock" (W1 and W2 over 3 and 5 masters, against redsync) or "handoff" (Mutex handoff to a waiter on the same and another Client, against the PING-after-idle floor)`)
+	contClients := flag.String("cont-clients", "1,4,16", "contention: the numbers of Clients (processes) to run, comma-separated")
+	contCohort := flag.String("cont-cohort", strconv.Itoa(dlock.DefaultCohortHandoffs), "contention: the WithCohort bounds (local handoffs) to run a Mutex row for, comma-separated")
+	flag.IntVar(&cfg.cont.goroutines, "cont-goroutines", 4, "contention: goroutines per Client")
+	flag.DurationVar(&cfg.cont.dur, "cont-dur", 0, "contention: measured duration of one run (default 3s, quick 600ms)")
+	flag.DurationVar(&cfg.cont.warmup, "cont-warmup", 0, "contention: warm-up before each run (default 500ms, quick 200ms)")
+	flag.DurationVar(&cfg.cont.hold, "cont-hold", time.Millisecond, "contention: hold (time.Sleep) per acquisition")
 	flag.Parse()
+	switch cfg.only {
+	case "", "contention", "uncontended", "redlock", "handoff":
+	default:
+		fatal(fmt.Errorf("-only %q: want contention, uncontended, redlock or handoff", cfg.only))
+	}
+	for f := range strings.SplitSeq(*contClients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fatal(fmt.Errorf("-cont-clients %q: want positive integers separated by commas", *contClients))
+		}
+		cfg.cont.clients = append(cfg.cont.clients, n)
+	}
+	cohortBounds = nil
+	for f := range strings.SplitSeq(*contCohort, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			fatal(fmt.Errorf("-cont-cohort %q: want positive integers separated by commas", *contCohort))
+		}
+		cohortBounds = append(cohortBounds, n)
+	}
+	if cfg.cont.goroutines <= 0 {
+		fatal(fmt.Errorf("-cont-goroutines must be positive"))
+	}
 	def := func(v *int, normal, quick int) {
 		if *v <= 0 {
 			*v = normal
@@ -55,6 +96,18 @@ func main() {
 	}
 	cfg.w1Workers, cfg.w3Workers, cfg.w3Hold = 32, 16, time.Millisecond
 	cfg.w4Workers, cfg.semPermits, cfg.semHold = 16, 4, time.Millisecond
+	if cfg.cont.dur <= 0 {
+		cfg.cont.dur = 3 * time.Second
+		if cfg.quick {
+			cfg.cont.dur = 600 * time.Millisecond
+		}
+	}
+	if cfg.cont.warmup <= 0 {
+		cfg.cont.warmup = 500 * time.Millisecond
+		if cfg.quick {
+			cfg.cont.warmup = 200 * time.Millisecond
+		}
+	}
 
 	dir, err := os.MkdirTemp("", "dlock-bench-")
 	if err != nil {
@@ -69,8 +122,48 @@ func main() {
 	signal.Notify(sig, os.Interrupt)
 	go func() { <-sig; cleanup(); os.Exit(130) }()
 
+	if cfg.only == "uncontended" {
+		res := &results{redisAddr: srv.Addr}
+		for _, l := range append(libraries(), floors()...) {
+			res.libs = append(res.libs, &libResult{lib: l})
+		}
+		runW1(cfg, srv.Addr, res)
+		cleanup()
+		floor := median(res.libs[len(res.libs)-2].w1Rates)
+		fmt.Printf("\nW1 medians (ratio to %s):\n", res.libs[len(res.libs)-2].lib.name)
+		for _, lr := range res.libs {
+			fmt.Printf("  %-18s %9.0f pairs/s  %.2f\n", lr.lib.name, median(lr.w1Rates), median(lr.w1Rates)/floor)
+		}
+		return
+	}
+	if cfg.only == "redlock" {
+		cleanup()
+		table, err := runRedlock(cfg)
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Printf("\n%s\n\n%s", envLine(machine()), table)
+		return
+	}
+	if cfg.only == "handoff" {
+		hr := runHandoff(srv.Addr, 3*cfg.handoffs, cfg.rounds)
+		cleanup()
+		fmt.Printf("\n%s\n\n%s", envLine(machine()), handoffTable(hr))
+		return
+	}
+	if cfg.only == "contention" {
+		cr := runContention(cfg.cont, srv.Addr)
+		cleanup()
+		fmt.Printf("\n%s\n\n%s\ntotal run time %v\n", envLine(machine()), contTable(cr), cr.elapsed.Round(time.Second))
+		return
+	}
+
 	res, err := run(cfg, srv.Addr)
 	cleanup()
+	if err != nil {
+		fatal(err)
+	}
+	res.redlock, err = runRedlock(cfg)
 	if err != nil {
 		fatal(err)
 	}
@@ -118,6 +211,9 @@ type results struct {
 	semWaits  []time.Duration
 	semErr    errBox
 	scale     *scaleResult
+	cont      *contResult
+	handoff   *handoffResult
+	redlock   string // the Redlock section's table (runRedlock), run after the rest
 	redisAddr string
 	elapsed   time.Duration
 }
@@ -138,22 +234,13 @@ func rotate[T any](xs []T, k int) []T {
 	return append(append([]T{}, xs[k:]...), xs[:k]...)
 }
 
-func run(cfg config, addr string) (*results, error) {
-	t0 := time.Now()
-	res := &results{redisAddr: addr}
-	for _, l := range libraries() {
-		res.libs = append(res.libs, &libResult{lib: l, included: true})
-	}
-	for _, l := range floors() {
-		res.libs = append(res.libs, &libResult{lib: l})
-	}
-
-	// W1: every entry (libraries and floors), one instance each, shared by
-	// the goroutines; a short warm-up, then rounds in rotated order.
+// runW1 runs W1: every entry (libraries and floors), one instance each,
+// shared by the goroutines; a short warm-up, then rounds in rotated order.
+func runW1(cfg config, addr string, res *results) {
 	fmt.Printf("W1 uncontended: %d goroutines, %d rounds x %v per entry\n", cfg.w1Workers, cfg.rounds, cfg.dur)
 	insts := map[*libResult]instance{}
 	for _, lr := range res.libs {
-		inst, err := lr.lib.open(addr)
+		inst, err := lr.lib.open(addr, nil)
 		if err != nil {
 			lr.openErr = err
 			continue
@@ -174,6 +261,20 @@ func run(cfg config, addr string) (*results, error) {
 		inst.Close()
 	}
 
+}
+
+func run(cfg config, addr string) (*results, error) {
+	t0 := time.Now()
+	res := &results{redisAddr: addr}
+	for _, l := range libraries() {
+		res.libs = append(res.libs, &libResult{lib: l, included: true})
+	}
+	for _, l := range floors() {
+		res.libs = append(res.libs, &libResult{lib: l})
+	}
+
+	runW1(cfg, addr, res)
+
 	locks := res.libs[:len(libraries())]
 
 	// W2: handoff latency, holder and waiter on separate instances.
@@ -184,8 +285,8 @@ func run(cfg config, addr string) (*results, error) {
 		if lr.openErr != nil {
 			continue
 		}
-		h, err1 := lr.lib.open(addr)
-		w, err2 := lr.lib.open(addr)
+		h, err1 := lr.lib.open(addr, nil)
+		w, err2 := lr.lib.open(addr, nil)
 		if err1 != nil || err2 != nil {
 			lr.openErr = fmt.Errorf("%v %v", err1, err2)
 			continue
@@ -217,12 +318,12 @@ func run(cfg config, addr string) (*results, error) {
 
 	// W3: contention on one key.
 	fmt.Printf("W3 contention: %d goroutines on one key, hold %v, %d rounds x %v\n", cfg.w3Workers, cfg.w3Hold, cfg.rounds, cfg.dur)
-	insts = map[*libResult]instance{}
+	insts := map[*libResult]instance{}
 	for _, lr := range locks {
 		if lr.openErr != nil {
 			continue
 		}
-		inst, err := lr.lib.open(addr)
+		inst, err := lr.lib.open(addr, nil)
 		if err != nil {
 			lr.openErr = err
 			continue
@@ -265,6 +366,9 @@ func run(cfg config, addr string) (*results, error) {
 
 	fmt.Printf("Scale: 10,000 held locks; 10,000 waiters on 1,000 keys\n")
 	res.scale = runScale(addr, 10000, 10000, 1000)
+
+	res.cont = runContention(cfg.cont, addr)
+	res.handoff = runHandoff(addr, 3*cfg.handoffs, cfg.rounds)
 	res.elapsed = time.Since(t0)
 	return res, nil
 }

@@ -151,6 +151,15 @@ func tables(cfg config, res *results) string {
 			p("| errors | %s |\n", e)
 		}
 	}
+	if res.cont != nil {
+		p("\n%s", contTable(res.cont))
+	}
+	if res.handoff != nil {
+		p("\n%s", handoffTable(res.handoff))
+	}
+	if res.redlock != "" {
+		p("\n%s", res.redlock)
+	}
 	return b.String()
 }
 

@@ -110,43 +110,7 @@ func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *
 // the holder's Unlock returning to the waiter's Lock returning (negative when
 // the waiter learned first), and from the holder calling Unlock.
 func w2Round(holder, waiter instance, key string, k int, eb *errBox) (out, fromCall []time.Duration) {
-	ctx := context.Background()
-	h, w := holder.Handle(key), waiter.Handle(key)
-	for range k {
-		if err := h.Lock(ctx); err != nil {
-			eb.add(fmt.Errorf("holder lock: %w", err))
-			return out, fromCall
-		}
-		got := make(chan error, 1)
-		var t1 time.Time
-		go func() {
-			err := w.Lock(ctx)
-			t1 = time.Now()
-			got <- err
-		}()
-		// Let the waiter block (and land at a random phase of any poll).
-		time.Sleep(3*time.Millisecond + rand.N(2*time.Millisecond))
-		tc := time.Now()
-		if err := h.Unlock(ctx); err != nil {
-			eb.add(fmt.Errorf("holder unlock: %w", err))
-		}
-		t0 := time.Now()
-		select {
-		case err := <-got:
-			if err != nil {
-				eb.add(fmt.Errorf("waiter lock: %w", err))
-				return out, fromCall
-			}
-		case <-time.After(10 * time.Second):
-			eb.add(fmt.Errorf("waiter not granted within 10s"))
-			return out, fromCall
-		}
-		out = append(out, t1.Sub(t0))
-		fromCall = append(fromCall, t1.Sub(tc))
-		if err := w.Unlock(ctx); err != nil {
-			eb.add(fmt.Errorf("waiter unlock: %w", err))
-		}
-	}
+	fromCall, out = handoffRound(holder.Handle(key), waiter.Handle(key), k, eb)
 	return out, fromCall
 }
 
@@ -233,7 +197,7 @@ func w4RW(c *dlock.Client, name string, goroutines int, d time.Duration, eb *err
 	var mu sync.Mutex
 	var rl, wl []time.Duration
 	n, el := runFor(goroutines, d, func(g int, stop *atomic.Bool) int {
-		rw := c.RWMutex(name) // one handle per goroutine: the handle is the owner
+		rw := c.RWMutex(name, dlock.WithHandleOwner()) // one handle per goroutine: the handle is the owner
 		var myR, myW []time.Duration
 		c := 0
 		for !stop.Load() {

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/dlock-go/dlock"
+)
+
+// The handoff section (-only handoff): dlock Mutex handoff latency to a
+// waiter on the same Client and on another Client, against the floor of the
+// same run, a PING sent after the same idle pause, all interleaved round by
+// round so that the machine's noise falls on every row alike. Also a local
+// handoff between two goroutines sharing one handle WithCohort.
+
+type handoffRow struct {
+	name     string
+	fromCall []time.Duration // from the holder's Unlock call to the waiter's Lock returning
+	fromRet  []time.Duration // from the holder's Unlock returning
+	err      errBox
+}
+
+type handoffResult struct {
+	rows  []*handoffRow
+	floor []time.Duration // PING after idle, on the holder's client
+	back  []time.Duration // PING back to back
+	n     int
+}
+
+// handoffPair is one way of placing a holder and a waiter.
+type handoffPair struct {
+	name string
+	h, w func(key string) handle
+}
+
+func runHandoff(addr string, n, rounds int) *handoffResult {
+	rdbA, rdbB := newGoRedis(addr), newGoRedis(addr)
+	defer rdbA.Close()
+	defer rdbB.Close()
+	cA, cB := dlock.New(rdbA), dlock.New(rdbB)
+	defer cA.Close()
+	defer cB.Close()
+	var shared *dlock.Mutex
+	pairs := []handoffPair{
+		{"Mutex, waiter on another Client", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cB.Mutex(k) }},
+		{"Mutex, waiter on the same Client", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cA.Mutex(k) }},
+		{"Mutex WithCohort, waiter on the same handle (local handoff)",
+			func(k string) handle { shared = cA.Mutex(k, dlock.WithCohort(0, 0)); return shared },
+			func(k string) handle { return shared }},
+	}
+	res := &handoffResult{n: n}
+	for _, p := range pairs {
+		res.rows = append(res.rows, &handoffRow{name: p.name})
+	}
+	per := max(1, n/rounds)
+	for i, p := range pairs { // warm up every pair's connections
+		h := p.h(fmt.Sprintf("warm:handoff:%d", i))
+		w := p.w(fmt.Sprintf("warm:handoff:%d", i))
+		handoffRound(h, w, 3, &errBox{})
+	}
+	pingAfterIdle(rdbA, 5)
+	for r := range rounds {
+		for _, i := range rotate([]int{0, 1, 2, 3}, r) {
+			if i == 3 {
+				res.floor = append(res.floor, pingAfterIdle(rdbA, per)...)
+				continue
+			}
+			p, row := pairs[i], res.rows[i]
+			key := fmt.Sprintf("handoff:%d:%d", i, r)
+			call, ret := handoffRound(p.h(key), p.w(key), per, &row.err)
+			row.fromCall, row.fromRet = append(row.fromCall, call...), append(row.fromRet, ret...)
+		}
+	}
+	res.back = pingRTTs(rdbA, 200)
+	return res
+}
+
+// handoffRound is W2's round: the holder takes the lock, a waiter blocks on
+// it, the holder sleeps 3-5ms and unlocks.
+func handoffRound(h, w handle, k int, eb *errBox) (fromCall, fromRet []time.Duration) {
+	ctx := context.Background()
+	for range k {
+		if err := h.Lock(ctx); err != nil {
+			eb.add(fmt.Errorf("holder lock: %w", err))
+			return
+		}
+		got := make(chan error, 1)
+		var t1 time.Time
+		go func() {
+			err := w.Lock(ctx)
+			t1 = time.Now()
+			got <- err
+		}()
+		time.Sleep(3*time.Millisecond + rand.N(2*time.Millisecond))
+		tc := time.Now()
+		if err := h.Unlock(ctx); err != nil {
+			eb.add(fmt.Errorf("holder unlock: %w", err))
+		}
+		t0 := time.Now()
+		select {
+		case err := <-got:
+			if err != nil {
+				eb.add(fmt.Errorf("waiter lock: %w", err))
+				return
+			}
+		case <-time.After(10 * time.Second):
+			eb.add(fmt.Errorf("waiter not granted within 10s"))
+			return
+		}
+		fromCall = append(fromCall, t1.Sub(tc))
+		fromRet = append(fromRet, t1.Sub(t0))
+		if err := w.Unlock(ctx); err != nil {
+			eb.add(fmt.Errorf("waiter unlock: %w", err))
+		}
+	}
+	return
+}
+
+func handoffTable(res *handoffResult) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	floor := pct(res.floor, .5)
+	p("### Handoff latency against the PING-after-idle floor of the same run, %d handoffs per row\n\n", res.n)
+	p("One holder, one blocked waiter; the holder sleeps 3-5ms, then unlocks. Latency is from the holder's Unlock call to the waiter's Lock returning. ")
+	p("The floor is a PING sent after the same idle pause, on the holder's client, interleaved with the handoffs round by round (a PING back to back takes %s).\n\n", fmtDur(pct(res.back, .5)))
+	p("| handoff | p50 | p99 | p50 / floor p50 | from Unlock returning, p50 | n | errors |\n|---|--:|--:|--:|--:|--:|---|\n")
+	for _, r := range res.rows {
+		p("| %s | %s | %s | %.2f | %s | %d | %s |\n", r.name, fmtDur(pct(r.fromCall, .5)), fmtDur(pct(r.fromCall, .99)),
+			float64(pct(r.fromCall, .5))/float64(max(1, floor)), fmtDur(pct(r.fromRet, .5)), len(r.fromCall), errCell(&r.err, nil))
+	}
+	p("| floor: PING after idle | %s | %s | 1.00 | | %d | |\n", fmtDur(floor), fmtDur(pct(res.floor, .99)), len(res.floor))
+	return b.String()
+}
