@@ -113,35 +113,49 @@ func TestFault_PartitionLongerThanLease_HolderLearnsBeforeAnotherHolds(t *testin
 	}
 }
 
+// TestFault_LatencyFortyPercentOfTimeout_HoldsKeptForFiveLeases holds
+// locks over a network whose round trip is 40% of the watchdog timeout. A
+// hold granted over it has lease − one round trip − the drift margin left
+// when the grant arrives, and its first renewal needs another round trip:
+// the slack is a fifth of the lease. The timeout is 2 s so that this fifth
+// (about 380 ms) is wider than the scheduling stalls of a loaded two-core
+// machine running the race detector, the fault proxy in the same process.
+// The first hold is the one at risk: its grant comes back on a cold Client
+// while the renewal connections are still being set up (see renewals.go).
 func TestFault_LatencyFortyPercentOfTimeout_HoldsKeptForFiveLeases(t *testing.T) {
 	e := realEnv(t)
-	const timeout = time.Second
+	const timeout = 2 * time.Second
 	rdb, proxy := e.proxied()
 	proxy.SetLatency(timeout/5, timeout/5) // a round trip is 40% of the lease
 	c := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
-	ctx := ctxTimeout(t, 30*time.Second)
+	ctx := ctxTimeout(t, 60*time.Second)
 	probe := e.rdb()
 	ms := []*dlock.Mutex{c.Mutex(name(t)), c.Mutex(name(t)), c.Mutex(name(t))}
 	for _, m := range ms {
 		start := time.Now()
 		require.NoError(t, m.Lock(ctx))
-		t.Logf("Lock over a 400ms round trip took %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("Lock over a %v round trip took %v", 2*timeout/5, time.Since(start).Round(time.Millisecond))
 	}
 	minTTL := time.Hour
 	for end := time.Now().Add(5 * timeout); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		for _, m := range ms {
-			d, err := probe.PTTL(ctx, key(m.Name())).Result()
-			require.NoError(t, err)
-			require.Positive(t, d, "a key expired while its holder held it")
-			minTTL = min(minTTL, d)
+		for i, m := range ms {
+			// Lost first: a key gone while Lost was still open is a holder
+			// that believed it held an expired lock; Lost closed first is a
+			// hold lost on time, which here should not happen either.
+			lost := false
 			select {
 			case <-m.Lost():
-				t.Fatal("a hold was reported lost although every renewal fits in its lease")
+				lost = true
 			default:
 			}
+			d, err := probe.PTTL(ctx, key(m.Name())).Result()
+			require.NoError(t, err)
+			require.False(t, lost, "hold %d was reported lost although every renewal fits in its lease (server TTL %v)", i, d)
+			require.Positive(t, d, "hold %d: the key expired while its holder held it", i)
+			minTTL = min(minTTL, d)
 		}
 	}
-	t.Logf("5 leases at 400ms round trips: lowest TTL seen on the server %v of %v", minTTL, timeout)
+	t.Logf("5 leases at %v round trips: lowest TTL seen on the server %v of %v", 2*timeout/5, minTTL, timeout)
 	for _, m := range ms {
 		require.NoError(t, m.Unlock(ctx))
 	}

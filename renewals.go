@@ -19,15 +19,18 @@ const warmConns = 4
 // go-redis runs on a pool of their own (Options.PipelinePoolSize), apart from
 // the connections the caller's own commands use.
 //
-// After the Client's first round trip, it sets up warmConns connections in
-// that pool, by that many one-PING pipelines at once; they then wait there,
-// warm. go-redis needs three round trips to set up a connection (HELLO,
-// CLIENT MAINT_NOTIFICATIONS, CLIENT SETINFO); a renewal that had to dial one
-// would come three round trips late, which on a slow network is longer than
-// a new hold has left before its first renewal must be back. (Connections
-// of its own, from go-redis's Conn, would be surer, but their set-up races
-// with the pool's on the client's shared options, and go-redis's race
-// detector builds flag it.)
+// When a Client first acquires, it sets up warmConns connections in that
+// pool, by that many one-PING pipelines at once, alongside its first try;
+// they then wait there, warm. go-redis needs three round trips to set up a
+// connection (HELLO, CLIENT MAINT_NOTIFICATIONS, CLIENT SETINFO); a renewal
+// that had to dial one would come three round trips late, which on a slow
+// network is longer than a new hold has left before its first renewal must
+// be back. The first try dials too, so its grant and the warm-ups come back
+// at about the same time: a renewal sent while warm-ups are still in flight
+// waits for them rather than dial a connection of its own (see pipeline).
+// (Connections of its own, from go-redis's Conn, would be surer, but their
+// set-up races with the pool's on the client's shared options, and
+// go-redis's race detector builds flag it.)
 type renewals struct {
 	rdb    redis.UniversalClient
 	cached atomic.Bool // the server has cached the renewal script
@@ -38,9 +41,10 @@ type renewals struct {
 	nodeCached map[string]bool // by node address and script SHA1: the node has the script cached
 	nodeScript *redis.Script   // nil: scripts.RenewNode (tests set another before the first renewal)
 
-	mu     sync.Mutex // orders warm-ups before close
-	closed bool
-	warm   sync.WaitGroup
+	mu      sync.Mutex // orders warm-ups before close
+	closed  bool
+	warm    sync.WaitGroup
+	warming atomic.Pointer[chan struct{}] // closed when the warm-ups are over; nil before prepare
 }
 
 // prepare sets up warm connections in the pipeline pool, in the background.
@@ -50,10 +54,10 @@ func (r *renewals) prepare() {
 	if r.closed {
 		return
 	}
+	over := make(chan struct{})
+	var pings sync.WaitGroup
 	for range warmConns {
-		r.warm.Add(1)
-		go func() {
-			defer r.warm.Done()
+		pings.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			// A failure only leaves the pool colder.
@@ -61,7 +65,23 @@ func (r *renewals) prepare() {
 				p.Ping(ctx)
 				return nil
 			})
-		}()
+		})
+	}
+	r.warm.Go(func() {
+		pings.Wait()
+		close(over)
+	})
+	r.warming.Store(&over)
+}
+
+// awaitWarm waits until the warm-ups in flight, if any, are over, or ctx
+// ends: a renewal then takes a warm connection instead of dialing one.
+func (r *renewals) awaitWarm(ctx context.Context) {
+	if over := r.warming.Load(); over != nil {
+		select {
+		case <-*over:
+		case <-ctx.Done():
+		}
 	}
 }
 
@@ -83,8 +103,9 @@ func (r *renewals) send(ctx context.Context, calls []renewCall, settle func(rene
 // Calls that still meet an empty script cache (after SCRIPT FLUSH, a
 // restart, a failover, or on another cluster node) are sent again with the
 // source: one more round trip, never one per call. The send time is the
-// first pipeline's.
+// first pipeline's, taken after any wait for warm-ups.
 func (r *renewals) pipeline(ctx context.Context, calls []renewCall) renewResult {
+	r.awaitWarm(ctx)
 	cmds := make([]*redis.Cmd, len(calls))
 	withSource := !r.cached.Load()
 	sent := time.Now()
