@@ -110,7 +110,7 @@ func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *
 // the holder's Unlock returning to the waiter's Lock returning (negative when
 // the waiter learned first), and from the holder calling Unlock.
 func w2Round(holder, waiter instance, key string, k int, eb *errBox) (out, fromCall []time.Duration) {
-	fromCall, out = handoffRound(holder.Handle(key), waiter.Handle(key), k, eb)
+	fromCall, out = handoffRound(holder.Handle(key), waiter.Handle(key), k, eb, scriptClock{})
 	return out, fromCall
 }
 
