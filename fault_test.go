@@ -161,6 +161,46 @@ func TestFault_LatencyFortyPercentOfTimeout_HoldsKeptForFiveLeases(t *testing.T)
 	}
 }
 
+// stalledPings holds back every one-PING pipeline (a Client's warm-ups of
+// its renewal connections) for d, before it takes a connection.
+type stalledPings struct{ d time.Duration }
+
+func (h stalledPings) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h stalledPings) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h stalledPings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) == 1 && cmds[0].Name() == "ping" {
+			time.Sleep(h.d)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestFault_WarmUpsThatHang_DoNotHoldBackRenewals: renewals sent while the
+// Client's warm-ups are in flight wait for them, but for no more than half
+// of the lease they have left. Warm-ups that hang (here 4 s, as a dial into
+// a partition would until go-redis's read timeout) must not cost a hold
+// whose 1 s lease the server would keep renewing.
+func TestFault_WarmUpsThatHang_DoNotHoldBackRenewals(t *testing.T) {
+	e := realEnv(t)
+	const timeout = time.Second
+	c := e.client(e.rdb(stalledPings{4 * time.Second}), dlock.WithWatchdogTimeout(timeout))
+	ctx := ctxTimeout(t, 20*time.Second)
+	m := c.Mutex(name(t))
+	require.NoError(t, m.Lock(ctx))
+	select {
+	case <-m.Lost():
+		t.Fatal("the hold was lost while its renewals waited for warm-ups that hang")
+	case <-time.After(3 * timeout):
+	}
+	d, err := e.rdb().PTTL(ctx, key(m.Name())).Result()
+	require.NoError(t, err)
+	assert.Greater(t, d, timeout/3, "the key's TTL after 3 leases")
+	require.NoError(t, m.Unlock(ctx))
+}
+
 // serverStall runs a command that stalls the server for longer than the
 // lease, and checks that the holder is told at its deadline, during the
 // stall, and before another Client holds the lock.

@@ -27,7 +27,7 @@ const warmConns = 4
 // network is longer than a new hold has left before its first renewal must
 // be back. The first try dials too, so its grant and the warm-ups come back
 // at about the same time: a renewal sent while warm-ups are still in flight
-// waits for them rather than dial a connection of its own (see pipeline).
+// waits for them rather than dial a connection of its own (see awaitWarm).
 // (Connections of its own, from go-redis's Conn, would be surer, but their
 // set-up races with the pool's on the client's shared options, and
 // go-redis's race detector builds flag it.)
@@ -74,14 +74,34 @@ func (r *renewals) prepare() {
 	r.warming.Store(&over)
 }
 
-// awaitWarm waits until the warm-ups in flight, if any, are over, or ctx
-// ends: a renewal then takes a warm connection instead of dialing one.
+// awaitWarm waits until the warm-ups in flight, if any, are over, for at
+// most half of what ctx (the renewal's lease) has left: a renewal then takes
+// a warm connection instead of dialing one. Warm-ups that hang (the server
+// unreachable when they began) are not waited for past that; the renewal
+// then goes out on whatever the pool gives it.
 func (r *renewals) awaitWarm(ctx context.Context) {
-	if over := r.warming.Load(); over != nil {
-		select {
-		case <-*over:
-		case <-ctx.Done():
-		}
+	over := r.warming.Load()
+	if over == nil {
+		return
+	}
+	select {
+	case <-*over:
+		return
+	default:
+	}
+	wait := time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		wait = time.Until(dl) / 2
+	}
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-*over:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
