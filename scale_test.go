@@ -223,7 +223,12 @@ func runScale(t *testing.T, sc scaleCase) {
 	assert.Zero(t, lost, "holds reported lost")
 	assert.Zero(t, lostLive.Load(), "sampled holds lost while watched")
 	assert.LessOrEqual(t, tripsPer, float64(sc.holds)/100, "round trips per period")
-	assert.InEpsilon(t, float64(sc.holds), keysPer, 0.35, "keys renewed per period against the hold count")
+	// About one renewal per hold per period, never a storm. A server that
+	// cannot keep up (here redis-server's CPU is the bound: 5 µs per renewed
+	// key in a slow run) makes renewals slow down rather than pile up; the
+	// least that keeps every hold is one renewal per lease, three periods.
+	assert.LessOrEqual(t, keysPer, 1.35*float64(sc.holds), "keys renewed per period: more than one renewal per hold per period")
+	assert.GreaterOrEqual(t, keysPer, float64(sc.holds)/3, "keys renewed per period: fewer than one renewal per hold per lease")
 
 	for _, stop := range stops {
 		stop()
