@@ -173,13 +173,18 @@ func TestMutexCohort_OtherClientServedWithinBound(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	// When b queues, the cohort running has at most maxHandoffs to go; the
-	// goroutines of a queued ahead of b can take the lock once more from
-	// Redis and start one more cohort, which serves them first. Add the
-	// holder that had not recorded itself yet when b called Lock, and one
-	// more grant during b's first round trip.
+	// The bound: every place ahead of b in the queue in Redis is served
+	// before b, and a grant to one of a's goroutines starts a cohort of at
+	// most maxHandoffs+1 holds. Ahead of b are the cohort running when b
+	// queued and at most one place per other goroutine of a (a goroutine
+	// served locally loses its place in Redis, and one that calls Lock while
+	// the handle holds waits locally and is queued behind b when the cohort
+	// ends). Add the holder that had not recorded itself yet when b called
+	// Lock, and one grant during b's first round trip. (An earlier bound of
+	// two cohorts counted only one place ahead of b; 40 runs gave a worst
+	// of 4-10 on a quiet machine and up to 12 under load.)
 	t.Logf("worst: %d acquisitions by the other Client between b's Lock call and its grant", worst)
-	assert.LessOrEqual(t, worst, 2*(maxHandoffs+1)+2, "b waited past the bound")
+	assert.LessOrEqual(t, worst, per*(maxHandoffs+1)+2, "b waited past the bound")
 	local := checkTokens(t, rec.tokens, maxHandoffs)
 	assert.Greater(t, local, len(rec.tokens)/3, "cohorting handed the lock on locally")
 }
