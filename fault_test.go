@@ -343,7 +343,10 @@ func TestFault_FailedUnlock_StopsRenewalsSoTheKeyExpiresByItsLease(t *testing.T)
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("key expired %v after the failed Unlock (lease %v)", time.Since(failedAt).Round(time.Millisecond), timeout)
-	assert.Zero(t, renewCalls(cnt), "no renewal after the failed Unlock")
+	// The counter counts a call once its reply is in: a renewal sent before
+	// the Unlock may be counted after it (CI saw one). None is sent after:
+	// the key expired by its lease from the Unlock, checked above.
+	assert.LessOrEqual(t, renewCalls(cnt), 1, "renewals after the failed Unlock, besides one in flight")
 	within(t, m.Lost(), time.Second, "Lost at the deadline")
 	h.armed.Store(false)
 	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost, "a retried Unlock finds the hold gone")
