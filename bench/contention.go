@@ -34,10 +34,11 @@ type contConfig struct {
 // contEntry is one lock of the section: a dlock primitive or a peer
 // library's mutex.
 type contEntry struct {
-	prim     string // the primitive, e.g. "Mutex"
-	lib      string // the library
-	settings string
-	open     func(addr string, cnt *rtCounter) (contClient, error)
+	prim      string // the primitive, e.g. "Mutex"
+	lib       string // the library
+	settings  string
+	open      func(addr string, cnt *rtCounter) (contClient, error)
+	elsewhere bool // its Redis servers are not the spy's (Redlock masters): no pub/sub counts
 }
 
 // contClient is one "process": one Client of the entry on its own Redis
@@ -52,7 +53,9 @@ type contClient interface {
 // cohortBounds are the WithCohort bounds the section runs (-cont-cohort).
 var cohortBounds = []int{dlock.DefaultCohortHandoffs}
 
-func contEntries() []contEntry {
+// contEntries are the section's entries; masters, when given, are the
+// Redlock masters for the Redlock Mutex rows (dlock against redsync).
+func contEntries(masters []string) []contEntry {
 	es := []contEntry{
 		{
 			prim: "Mutex", lib: "dlock",
@@ -91,6 +94,21 @@ func contEntries() []contEntry {
 		})
 	}
 	es = slices.Insert(es, 1, cohorts...)
+	if len(masters) > 0 {
+		for _, l := range redlockLibs(masters) {
+			es = append(es, contEntry{
+				prim: fmt.Sprintf("Redlock Mutex (%d masters)", len(masters)), lib: strings.Fields(l.name)[0], elsewhere: true,
+				settings: "as in the Redlock section (" + l.settings + "); one instance per Client, one lock object per goroutine; round trips are summed over the masters",
+				open: func(addr string, cnt *rtCounter) (contClient, error) {
+					inst, err := l.open(addr, cnt)
+					if err != nil {
+						return nil, err
+					}
+					return libCont{inst}, nil
+				},
+			})
+		}
+	}
 	for _, l := range libraries() {
 		if l.name == "dlock" {
 			continue
@@ -354,7 +372,13 @@ func meanDur(ds []time.Duration) time.Duration {
 
 func runContention(cc contConfig, addr string) *contResult {
 	t0 := time.Now()
-	res := &contResult{cfg: cc, entryNames: contEntries()}
+	masters, stopMasters, err := startMasters(3)
+	if err != nil {
+		fmt.Printf("Contention: no Redlock rows, the masters did not start: %v\n", err)
+	} else {
+		defer stopMasters()
+	}
+	res := &contResult{cfg: cc, entryNames: contEntries(masters)}
 	cal := calibrateSleep(cc.hold, 500)
 	res.sleepMean, res.sleepP50, res.sleepP99 = meanDur(cal), pct(cal, .5), pct(cal, .99)
 	spy, err := newSpy(addr)
@@ -541,6 +565,9 @@ func contTable(res *contResult) string {
 			ratio = fmt.Sprintf("%.2f", r.rate()*r.holdMean.Seconds())
 		}
 		msgs := fmt.Sprintf("%.2f / %.2f", float64(r.published)/acq, float64(r.delivered)/acq)
+		if e.elsewhere {
+			msgs = "not counted"
+		}
 		if r.invalid > 0 || e.lib == "rueidislock" {
 			msgs += fmt.Sprintf(" (+ %.2f CSC invalidations)", float64(r.invalid)/acq)
 		}

@@ -25,10 +25,10 @@ func redlockLibs(masters []string) []lib {
 		{
 			name:     fmt.Sprintf("dlock Redlock/%d", n),
 			settings: fmt.Sprintf("dlock.NewRedlock(%d go-redis clients) with defaults (watchdog lease 30s, pub/sub wake-up on every master, fencing tokens); r.Mutex(key).Lock/Unlock", n),
-			open: func(string, *rtCounter) (instance, error) {
+			open: func(_ string, cnt *rtCounter) (instance, error) {
 				var rdbs []redis.UniversalClient
 				for _, a := range masters {
-					rdbs = append(rdbs, newGoRedis(a))
+					rdbs = append(rdbs, newCounted(a, cnt))
 				}
 				return &dlockRedlockInst{rdbs: rdbs, r: dlock.NewRedlock(rdbs)}, nil
 			},
@@ -36,11 +36,11 @@ func redlockLibs(masters []string) []lib {
 		{
 			name:     fmt.Sprintf("redsync Redlock/%d", n),
 			settings: fmt.Sprintf("redsync/v4 v4.18.1 over %d goredis/v9 pools; NewMutex(key, WithTries(MaxInt32), WithRetryDelay(1ms)), default expiry 8s; LockContext/UnlockContext", n),
-			open: func(string, *rtCounter) (instance, error) {
+			open: func(_ string, cnt *rtCounter) (instance, error) {
 				var rdbs []*redis.Client
 				var pools []redsyncredis.Pool
 				for _, a := range masters {
-					rdb := newGoRedis(a)
+					rdb := newCounted(a, cnt)
 					rdbs = append(rdbs, rdb)
 					pools = append(pools, redsyncgoredis.NewPool(rdb))
 				}
