@@ -132,7 +132,8 @@ func main() {
 		floor := median(res.libs[len(res.libs)-2].w1Rates)
 		fmt.Printf("\nW1 medians (ratio to %s):\n", res.libs[len(res.libs)-2].lib.name)
 		for _, lr := range res.libs {
-			fmt.Printf("  %-18s %9.0f pairs/s  %.2f\n", lr.lib.name, median(lr.w1Rates), median(lr.w1Rates)/floor)
+			fmt.Printf("  %-18s %9.0f pairs/s  %.2f  CPU per pair: client %s, redis-server %s\n", lr.lib.name, median(lr.w1Rates), median(lr.w1Rates)/floor,
+				fmtDur(pct(lr.w1Client, .5)), fmtDur(pct(lr.w1Server, .5)))
 		}
 		return
 	}
@@ -187,6 +188,8 @@ type libResult struct {
 	lib      lib
 	openErr  error
 	w1Rates  []float64
+	w1Client []time.Duration // this process's CPU per pair, per round
+	w1Server []time.Duration // redis-server's CPU per pair, per round
 	w1Err    errBox
 	w2       []time.Duration // from Unlock returning
 	w2Call   []time.Duration // from Unlock being called
@@ -239,6 +242,9 @@ func rotate[T any](xs []T, k int) []T {
 func runW1(cfg config, addr string, res *results) {
 	fmt.Printf("W1 uncontended: %d goroutines, %d rounds x %v per entry\n", cfg.w1Workers, cfg.rounds, cfg.dur)
 	insts := map[*libResult]instance{}
+	adm := newGoRedis(addr)
+	defer adm.Close()
+	meter := cpuMeter{adm}
 	for _, lr := range res.libs {
 		inst, err := lr.lib.open(addr, nil)
 		if err != nil {
@@ -251,8 +257,11 @@ func runW1(cfg config, addr string, res *results) {
 	for r := range cfg.rounds {
 		for _, lr := range rotate(res.libs, r) {
 			if inst := insts[lr]; inst != nil {
-				rate := w1Round(inst, lr.lib.name, cfg.w1Workers, cfg.dur, &lr.w1Err)
+				from := meter.mark()
+				rate, pairs := w1Round(inst, lr.lib.name, cfg.w1Workers, cfg.dur, &lr.w1Err)
+				cl, sv := meter.since(from, pairs)
 				lr.w1Rates = append(lr.w1Rates, rate)
+				lr.w1Client, lr.w1Server = append(lr.w1Client, cl), append(lr.w1Server, sv)
 				fmt.Printf("  round %d %-18s %9.0f pairs/s\n", r+1, lr.lib.name, rate)
 			}
 		}

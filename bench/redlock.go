@@ -143,7 +143,7 @@ func runRedlock(cfg config) (string, error) {
 	for r := range cfg.rounds {
 		for _, row := range rotate(rows, r) {
 			if inst := insts[row]; inst != nil {
-				rate := w1Round(inst, row.lib.name, cfg.w1Workers, cfg.dur, &row.w1Err)
+				rate, _ := w1Round(inst, row.lib.name, cfg.w1Workers, cfg.dur, &row.w1Err)
 				row.w1 = append(row.w1, rate)
 				fmt.Printf("  round %d %-20s %9.0f pairs/s\n", r+1, row.lib.name, rate)
 			}

@@ -76,7 +76,8 @@ func tables(cfg config, res *results) string {
 	}
 
 	p("### W1 uncontended: %d goroutines on distinct keys, Lock+Unlock pairs, %d rounds x %v, median\n\n", cfg.w1Workers, cfg.rounds, cfg.dur)
-	p("| entry | pairs/s (median) | min..max over rounds | ratio to PING floor | errors |\n|---|--:|--:|--:|---|\n")
+	p("CPU per pair is the median over rounds of this process's CPU (getrusage) and redis-server's (INFO cpu) during the entry's turn, divided by its pairs; the two share the machine's cores.\n\n")
+	p("| entry | pairs/s (median) | min..max over rounds | ratio to PING floor | client CPU / pair | redis-server CPU / pair | errors |\n|---|--:|--:|--:|--:|--:|---|\n")
 	for _, lr := range res.libs {
 		m := median(lr.w1Rates)
 		lo, hi := 0.0, 0.0
@@ -90,7 +91,8 @@ func tables(cfg config, res *results) string {
 		if pingMed > 0 {
 			ratio = fmt.Sprintf("%.2f", m/pingMed)
 		}
-		p("| %s | %.0f | %.0f..%.0f | %s | %s |\n", lr.lib.name, m, lo, hi, ratio, errCell(&lr.w1Err, lr.openErr))
+		p("| %s | %.0f | %.0f..%.0f | %s | %s | %s | %s |\n", lr.lib.name, m, lo, hi, ratio,
+			fmtDur(pct(lr.w1Client, .5)), fmtDur(pct(lr.w1Server, .5)), errCell(&lr.w1Err, lr.openErr))
 	}
 
 	p("\n### W2 handoff latency: one holder, one blocked waiter (separate clients), %d handoffs\n\n", cfg.handoffs)

@@ -84,7 +84,7 @@ func runFor(n int, d time.Duration, body func(g int, stop *atomic.Bool) int) (in
 }
 
 // W1: uncontended Lock+Unlock pairs on distinct keys.
-func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *errBox) float64 {
+func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *errBox) (rate float64, pairs int) {
 	ctx := context.Background()
 	n, el := runFor(goroutines, d, func(g int, stop *atomic.Bool) int {
 		h := inst.Handle(fmt.Sprintf("%s:w1:%d", prefix, g))
@@ -103,7 +103,7 @@ func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *
 		}
 		return c
 	})
-	return float64(n) / el.Seconds()
+	return float64(n) / el.Seconds(), n
 }
 
 // W2: one holder, one blocked waiter on separate instances; the time from
