@@ -29,8 +29,4 @@ redis.call('ZREM', QE, waiter)
 if v[2] ~= id or counted and tonumber(v[3] or '0') > 0 then
   return {0, ''}
 end
-local next, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, v[4])
-if next then
-  return {1, next, f, ttl}
-end
-return {1, ''}
+return pass_on_reply(1, K, kind, counted, Q, QE, CH, from, v[4])

@@ -129,3 +129,13 @@ local function pass_on(K, kind, counted, Q, QE, CH, from, fence)
   end
   return id, f, ttl
 end
+
+-- pass_on as a release script's reply: {code, id, token, ttl} when the lock
+-- went to the waiter id, else {code, ''}.
+local function pass_on_reply(code, K, kind, counted, Q, QE, CH, from, fence)
+  local id, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, fence)
+  if id then
+    return {code, id, f, ttl}
+  end
+  return {code, ''}
+end

@@ -24,8 +24,4 @@ bad = queue_keys(Q, QE)
 if bad then
   return bad
 end
-local next, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, v[3])
-if next then
-  return {1, next, f, ttl}
-end
-return {1, ''}
+return pass_on_reply(1, K, kind, counted, Q, QE, CH, from, v[3])

@@ -79,8 +79,4 @@ bad = queue_keys(Q, QE)
 if bad then
   return bad
 end
-local next, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, v[4])
-if next then
-  return {0, next, f, ttl}
-end
-return {0, ''}
+return pass_on_reply(0, K, kind, counted, Q, QE, CH, from, v[4])
