@@ -165,3 +165,63 @@ func TestMutexQueue_DeadWaiterAtTheHead_CostsAtMostItsMark(t *testing.T) {
 	assert.LessOrEqual(t, cost, timeout/3+200*time.Millisecond, "no longer than a mark lives")
 	require.NoError(t, live.Unlock(ctx))
 }
+
+// A key that expired while two waiters were queued: the first takes the
+// lock, and its release must pass it on to the second, not free it for a
+// newcomer (TestScripts_QueueHint pins the script-level case).
+func TestMutexQueue_KeyExpiredWithWaitersQueued_ReleasePassesOnToTheNext(t *testing.T) {
+	e := realEnv(t) // the key must expire in real time
+	n := name(t)
+	ctx := ctxTimeout(t, 15*time.Second)
+	clients := make([]*dlock.Client, 3) // the holder, both waiters, a newcomer
+	for i := range clients {
+		clients[i] = e.client(e.rdb())
+	}
+	first := clients[0].Mutex(n, dlock.WithLease(400*time.Millisecond))
+	require.NoError(t, first.Lock(ctx))
+	waitQueued := func(want int) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			s, err := clients[2].Status(ctx, n)
+			return err == nil && s.Waiting >= want
+		}, 5*time.Second, 5*time.Millisecond, "%d waiters queued", want)
+	}
+	b := clients[1].Mutex(n)
+	bHeld, bRelease, bErr := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() {
+		if err := b.Lock(ctx); err != nil {
+			bErr <- err
+			return
+		}
+		close(bHeld)
+		<-bRelease
+		bErr <- b.Unlock(ctx)
+	}()
+	waitQueued(1)
+	cm := clients[1].Mutex(n)
+	cHeld := make(chan struct{})
+	go func() {
+		if err := cm.Lock(ctx); err != nil {
+			t.Errorf("second waiter: %v", err)
+			return
+		}
+		close(cHeld)
+	}()
+	waitQueued(2)
+
+	// Nobody releases: the holder's key expires with both still queued.
+	within(t, first.Lost(), 2*time.Second, "the holder's lease running out")
+	within(t, bHeld, 3*time.Second, "the first waiter taking the expired lock")
+	select {
+	case <-cHeld:
+		t.Fatal("the second waiter holds the lock together with the first")
+	default:
+	}
+	waitQueued(1) // the second waiter is still queued behind the holder
+	close(bRelease)
+	require.NoError(t, <-bErr)
+	ok, err := clients[2].Mutex(n).TryLock(ctx)
+	require.NoError(t, err)
+	assert.False(t, ok, "a newcomer took the lock that the release owed to the waiter queued")
+	within(t, cHeld, time.Second, "the second waiter served by the release")
+}

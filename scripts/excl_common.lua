@@ -8,6 +8,9 @@
 --                           a lock handed to an owner that has not yet
 --                           claimed it
 --                        f: the fencing token of the current or last hold
+--                        q: '1' when Q may have members; absent only when
+--                           Q has none (the hot paths of excl_try and
+--                           excl_unlock skip the queue when it is absent)
 --   Q   p{n}:mq    zset  waiter -> arrival (server microseconds): the queue
 --   QE  p{n}:mqe   zset  waiter -> expiry of its waiting mark (server ms)
 -- and publishes on p{n}:ch. K expires with the holder's lease; released, it
@@ -24,6 +27,12 @@
 --
 -- Reservations: K's field r, when present, is the last token reserved; the
 -- next token follows max(f, r).
+--
+-- The queue hint q keeps this invariant: while K holds a kind and Q has
+-- members, K has q. take sets it (K may be new while Q still has members),
+-- every script that adds to Q sets it, and only free, called once Q is
+-- seen empty, clears it. A q left over after Q empties (purge, its TTL)
+-- only sends the next try or unlock down the slow path, which clears it.
 --
 -- Handoff: a release with live waiters queued does not free K. It makes the
 -- first waiter the holder at once, with a new fencing token, its fixed lease
@@ -71,7 +80,7 @@ local function take(K, kind, id, ttl, fence, count, reserve)
     base = r
   end
   local f = next_fence(string.format('%.0f', base))
-  redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f)
+  redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1')
   if reserve and reserve > 0 then
     redis.call('HSET', K, 'r', string.format('%.0f', tonumber(f) + reserve))
   end
@@ -79,9 +88,10 @@ local function take(K, kind, id, ttl, fence, count, reserve)
   return f
 end
 
--- Free K, keeping its kind and last token for fence_memory.
+-- Free K, keeping its kind and last token for fence_memory. Call only when
+-- Q has no members: it clears q.
 local function free(K)
-  redis.call('HDEL', K, 'o', 'n')
+  redis.call('HDEL', K, 'o', 'n', 'q')
   redis.call('PEXPIRE', K, fence_memory)
 end
 

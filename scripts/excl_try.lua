@@ -17,10 +17,10 @@
 -- Otherwise returns {-(ms the holder's lease has left, at least 1; 0 for no
 -- expiry), the holder's ID, its token, 1 when this try queued the caller
 -- anew (it was not queued before) else 0} and, if ARGV[4] > 0, queues the
--- caller (once) with its mark set to expire ARGV[4] ms from now. A free lock with others
--- queued goes to the first of them, as a release would; it is then the
--- holder returned. Keys of another kind fail with DLOCK_KIND before anything
--- changes.
+-- caller (once) with its mark set to expire ARGV[4] ms from now. A free
+-- lock with others queued goes to the first of them, as a release would; it
+-- is then the holder returned. Keys of another kind fail with DLOCK_KIND (a
+-- K of another type with WRONGTYPE) before anything changes.
 local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local kind, waiter, ttl = ARGV[1], ARGV[2], ARGV[3]
 local colon = string.find(waiter, ':', 1, true)
@@ -31,10 +31,12 @@ if plus and plus < colon then
   reserve = tonumber(string.sub(waiter, plus + 1, colon - 1)) or 0
 end
 -- The hot path, before any helper is defined (see scripts.go): a lock of
--- this kind, free, nobody queued. The token is next_fence's (lib.lua), after
--- any reservation (excl_common.lua).
-local v = redis.pcall('HMGET', K, 'k', 'o', 'n', 'f', 'r')
-if not v.err and v[1] == kind and not v[2] and redis.call('EXISTS', Q) == 0 then
+-- this kind, free, nobody queued (no queue hint q). The token is
+-- next_fence's (lib.lua), after any reservation (excl_common.lua). HMGET
+-- runs unprotected (redis.pcall costs more): a K of another type fails the
+-- script with WRONGTYPE there, before anything changes.
+local v = redis.call('HMGET', K, 'k', 'o', 'n', 'f', 'r', 'q')
+if v[1] == kind and not v[2] and not v[6] then
   local t = redis.call('TIME')
   local f = tonumber(v[4] or '0')
   local r = tonumber(v[5] or '0')
@@ -100,6 +102,7 @@ local added = 0
 if mark > 0 then
   added = redis.call('ZADD', Q, 'NX', string.format('%d%06d', s, us), waiter)
   redis.call('ZADD', QE, now + mark, waiter)
+  redis.call('HSET', K, 'q', '1')
   extend(Q, mark)
   extend(QE, mark)
 end

@@ -18,15 +18,17 @@
 -- {n, ''} when a counted holder has n holds left, {0, ''} when the lock was
 -- freed, or {0, id, token, ttl} when it was handed to the waiter id with the
 -- fencing token token and a lease of ttl ms (published unless that waiter is on Client ARGV[3]).
--- Keys of another kind fail with DLOCK_KIND before anything changes.
+-- Keys of another kind fail with DLOCK_KIND (a K of another type with
+-- WRONGTYPE) before anything changes.
 local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local kind, id, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 -- The hot path, before any helper is defined (see scripts.go): the last
--- hold of the caller, nobody queued. Freeing keeps the token, as free does
--- (excl_common.lua).
-local v = redis.pcall('HMGET', K, 'k', 'o', 'n')
-if not v.err and v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1)
-    and #ARGV < 5 and redis.call('EXISTS', Q) == 0 then
+-- hold of the caller, nobody queued (no queue hint q). Freeing keeps the
+-- token, as free does (excl_common.lua). As in excl_try, HMGET runs
+-- unprotected: a K of another type fails with WRONGTYPE before any change.
+local v = redis.call('HMGET', K, 'k', 'o', 'n', 'q')
+if v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1)
+    and #ARGV < 5 and not v[4] then
   redis.call('HDEL', K, 'o', 'n')
   redis.call('PEXPIRE', K, 60000)
   return {0, ''}
@@ -62,6 +64,7 @@ if enqueue > 0 and enqueue <= #ARGV then
     redis.call('ZADD', Q, 'NX', string.format('%.0f', base + i - enqueue), ARGV[i])
     redis.call('ZADD', QE, now + mark, ARGV[i])
   end
+  redis.call('HSET', K, 'q', '1')
   extend(Q, mark)
   extend(QE, mark)
 end
