@@ -178,3 +178,36 @@ func TestToken_FollowsTheServerClock(t *testing.T) {
 	assert.GreaterOrEqual(t, tok, before.UnixMicro())
 	assert.LessOrEqual(t, tok, after.UnixMicro()+1)
 }
+
+// The uncontended acquire (excl_try's hot path) compares the stored token,
+// any reservation and the clock as decimal strings: a stored token with
+// fewer digits than the clock, one ahead of the clock, and a reservation
+// ahead of both.
+func TestToken_HotPath_TheGreaterOfClockAndStoredPlusOne(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	rdb := e.rdb()
+	n := name(t)
+	m := e.client(rdb).Mutex(n)
+	require.NoError(t, m.Lock(ctx)) // the key exists from here on: later Locks take the hot path
+	require.NoError(t, m.Unlock(ctx))
+	lockWith := func(fields ...any) uint64 {
+		t.Helper()
+		require.NoError(t, rdb.HSet(ctx, key(n), fields...).Err())
+		require.NoError(t, m.Lock(ctx))
+		defer func() { require.NoError(t, m.Unlock(ctx)) }()
+		return m.Token()
+	}
+
+	before, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	tok := lockWith("f", "5")
+	after, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, int64(tok), before.UnixMicro(), "a short stored token: the clock")
+	assert.LessOrEqual(t, int64(tok), after.UnixMicro()+1)
+
+	assert.Equal(t, uint64(8000000000000001), lockWith("f", "8000000000000000"), "a stored token ahead of the clock, plus one")
+	assert.Equal(t, uint64(8000000000000101), lockWith("f", "8000000000000000", "r", "8000000000000100"), "a reservation ahead of the stored token, plus one")
+	assert.Equal(t, uint64(8000000000000102), lockWith("r", "7000000000000000"), "a reservation behind the stored token is ignored")
+}

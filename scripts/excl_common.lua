@@ -44,7 +44,7 @@
 
 --#include lib.lua
 
-local fence_memory = 60000
+local fence_memory = '60000' -- a string: Redis formats numbers with printf
 
 local function parse_waiter(w)
   local colon = string.find(w, ':', 1, true)

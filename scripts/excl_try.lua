@@ -32,26 +32,27 @@ if plus and plus < colon then
 end
 -- The hot path, before any helper is defined (see scripts.go): a lock of
 -- this kind, free, nobody queued (no queue hint q). The token is
--- next_fence's (lib.lua), after any reservation (excl_common.lua). HMGET
--- runs unprotected (redis.pcall costs more): a K of another type fails the
--- script with WRONGTYPE there, before anything changes.
+-- next_fence's (lib.lua), after any reservation (excl_common.lua), worked
+-- out on decimal strings: tokens have no leading zeros, so the longer
+-- string, or at equal length the greater one, is the greater number, and
+-- the usual case (the clock ahead of the last token) takes no conversion to
+-- or from a number (Redis formats those with printf, a visible cost here).
+-- HMGET runs unprotected (redis.pcall costs more): a K of another type
+-- fails the script with WRONGTYPE there, before anything changes.
 local v = redis.call('HMGET', K, 'k', 'o', 'n', 'f', 'r', 'q')
 if v[1] == kind and not v[2] and not v[6] then
+  local base, r = v[4] or '0', v[5]
+  if r and (#r > #base or #r == #base and r > base) then
+    base = r
+  end
   local t = redis.call('TIME')
-  local f = tonumber(v[4] or '0')
-  local r = tonumber(v[5] or '0')
-  if r > f then
-    f = r
+  local fs = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
+  if not (#fs > #base or #fs == #base and fs > base) then
+    fs = string.format('%.0f', tonumber(base) + 1)
   end
-  f = f + 1
-  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  if now > f then
-    f = now
-  end
-  local fs = string.format('%.0f', f)
-  redis.call('HSET', K, 'o', id, 'n', 1, 'f', fs)
+  redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs)
   if reserve > 0 then
-    redis.call('HSET', K, 'r', string.format('%.0f', f + reserve))
+    redis.call('HSET', K, 'r', string.format('%.0f', tonumber(fs) + reserve))
   end
   redis.call('PEXPIRE', K, ttl)
   return {1, fs}

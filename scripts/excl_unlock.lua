@@ -30,7 +30,7 @@ local v = redis.call('HMGET', K, 'k', 'o', 'n', 'q')
 if v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1)
     and #ARGV < 5 and not v[4] then
   redis.call('HDEL', K, 'o', 'n')
-  redis.call('PEXPIRE', K, 60000)
+  redis.call('PEXPIRE', K, '60000') -- fence_memory
   return {0, ''}
 end
 --#include excl_common.lua
