@@ -92,11 +92,19 @@ func parseToken(s string) (uint64, error) {
 // with markTTL > 0, queue.
 func (x *excl) try(ctx context.Context, waiter string, ttl, markTTL time.Duration) (tryReply, error) {
 	c := x.h.c
-	res, err := c.script(ctx, scripts.ExclTry, x.keys, x.h.kind, waiter, millis(ttl), millis(markTTL), c.id, x.counted).Slice()
+	res, err := c.script(ctx, scripts.ExclTry, x.keys, x.h.kind, waiter, millis(ttl), millis(markTTL), c.id, x.counted).Result()
 	if err != nil {
 		return tryReply{}, err
 	}
-	r, err := decodeTry(res)
+	if token, ok := res.(string); ok { // the hot path's reply: a new hold
+		t, err := parseToken(token)
+		return tryReply{n: 1, token: t}, err
+	}
+	list, ok := res.([]any)
+	if !ok {
+		return tryReply{}, fmt.Errorf("unexpected reply %v", res)
+	}
+	r, err := decodeTry(list)
 	if err == nil && !r.granted() && clientOf(r.holder) == c.id {
 		// The holder may be a waiter of this Client that the script just
 		// handed the lock to, or one whose hand-over message is on its way:
@@ -127,12 +135,18 @@ func (x *excl) unlockCohort(ctx context.Context, id string, drop, enqueue []stri
 			args = append(args, d)
 		}
 	}
-	res, err := c.script(ctx, scripts.ExclUnlock, x.keys, args...).Slice()
+	res, err := c.script(ctx, scripts.ExclUnlock, x.keys, args...).Result()
 	if err != nil {
 		x.h.wakeUnknown(err)
 		return 0, err
 	}
-	return x.h.settleHandover(res)
+	switch res := res.(type) {
+	case int64: // the hot path's reply: freed
+		return res, nil
+	case []any:
+		return x.h.settleHandover(res)
+	}
+	return 0, fmt.Errorf("unexpected reply %v", res)
 }
 
 // cancel runs excl_cancel for a waiter that stops waiting, and reports

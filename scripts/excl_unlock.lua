@@ -15,9 +15,11 @@
 --             cohort's local waiters, which had no place in the queue)
 --
 -- Returns {-1, ''} when the caller does not hold the lock (nothing changes),
--- {n, ''} when a counted holder has n holds left, {0, ''} when the lock was
--- freed, or {0, id, token, ttl} when it was handed to the waiter id with the
--- fencing token token and a lease of ttl ms (published unless that waiter is on Client ARGV[3]).
+-- {n, ''} when a counted holder has n holds left, {0, ''} or the integer 0
+-- (the hot path's shorter reply) when the lock was freed, or
+-- {0, id, token, ttl} when it was handed to the waiter id with the fencing
+-- token token and a lease of ttl ms (published unless that waiter is on
+-- Client ARGV[3]).
 -- Keys of another kind fail with DLOCK_KIND (a K of another type with
 -- WRONGTYPE) before anything changes.
 local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -31,7 +33,7 @@ if v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1)
     and #ARGV < 5 and not v[4] then
   redis.call('HDEL', K, 'o', 'n')
   redis.call('PEXPIRE', K, '60000') -- fence_memory
-  return {0, ''}
+  return 0
 end
 --#include excl_common.lua
 local bad
