@@ -384,3 +384,59 @@ func TestMutexCohort_ExtendedHoldGoesThroughRedis(t *testing.T) {
 	assert.Greater(t, m.Token(), first+1, "granted by Redis, with a token past the reserved block")
 	require.NoError(t, m.Unlock(ctx))
 }
+
+// A Mutex cohorts by default: a goroutine waiting on the handle that holds
+// the lock gets it from the Unlock, with the next reserved token and no
+// round trip of its own, when the Unlock comes within DefaultCohortTime of
+// the grant (five tries, so that one slow start of a goroutine does not
+// decide). WithoutCohort sends it through the queue in Redis, where its
+// grant follows the clock, never the reserved token.
+func TestMutexCohort_OnByDefault_WithoutCohortGoesThroughRedis(t *testing.T) {
+	e := sharedEnv(t)
+	for _, tc := range []struct {
+		name  string
+		opts  []dlock.LockOption
+		local bool
+	}{
+		{"default", nil, true},
+		{"WithoutCohort", []dlock.LockOption{dlock.WithoutCohort()}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := name(t)
+			ctx := ctxTimeout(t, 10*time.Second)
+			m := e.client(e.rdb()).Mutex(n, tc.opts...)
+			locals := 0
+			for range 5 {
+				require.NoError(t, m.Lock(ctx))
+				first := m.Token()
+				got := make(chan uint64, 1)
+				go func() {
+					if err := m.Lock(ctx); err != nil {
+						t.Error(err)
+						got <- 0
+						return
+					}
+					tok := m.Token()
+					assert.NoError(t, m.Unlock(ctx))
+					got <- tok
+				}()
+				if tc.local {
+					time.Sleep(2 * time.Millisecond) // the second Lock waits on the handle, sending nothing
+				} else {
+					waitQueued(t, e, n, 1)
+				}
+				require.NoError(t, m.Unlock(ctx))
+				second := <-got
+				require.Greater(t, second, first)
+				if second == first+1 {
+					locals++
+				}
+			}
+			if tc.local {
+				assert.Positive(t, locals, "no hold was handed on locally, with the token reserved")
+			} else {
+				assert.Zero(t, locals, "a hold was handed on locally")
+			}
+		})
+	}
+}

@@ -19,7 +19,8 @@
 //
 //   - Mutex: a plain lock that replaces sync.Mutex. One handle may be shared
 //     by goroutines. Blocked callers queue in Redis and are handed the lock
-//     in arrival order.
+//     in arrival order; a handle hands it on to its own waiting goroutines
+//     first, a bounded number of times (see WithCohort, WithoutCohort).
 //   - ReentrantMutex: a lock that counts holds per owner, so nested business
 //     logic that passes its context along (see WithOwner) re-enters.
 //   - RWMutex: many readers or one writer, reentrant per owner, fair to both

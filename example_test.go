@@ -392,3 +392,38 @@ func ExampleMutex_Locker() {
 	// Output:
 	// locked
 }
+
+// A Mutex handle shared by goroutines hands the lock on to the ones waiting
+// on it, in-process, a bounded number of times per grant from Redis (lock
+// cohorting, on by default; WithoutCohort turns it off). Each hold still has
+// a fencing token of its own, reserved by the grant.
+func ExampleWithCohort() {
+	rdb, stop := embedded()
+	defer stop()
+	c := dlock.New(rdb)
+	defer c.Close()
+
+	ctx := context.Background()
+	m := c.Mutex("jobs", dlock.WithCohort(8, time.Second)) // up to 8 local handoffs, within a second of the grant
+	if err := m.Lock(ctx); err != nil {
+		fmt.Println("lock:", err)
+		return
+	}
+	first := m.Token()
+	next := make(chan uint64)
+	go func() {
+		if err := m.Lock(ctx); err != nil { // waits on the handle, sending nothing to Redis
+			fmt.Println("lock:", err)
+			next <- 0
+			return
+		}
+		tok := m.Token()
+		_ = m.Unlock(ctx)
+		next <- tok
+	}()
+	time.Sleep(50 * time.Millisecond)
+	_ = m.Unlock(ctx) // hands the hold to the goroutine
+	fmt.Println("handed on with the next token:", <-next == first+1)
+	// Output:
+	// handed on with the next token: true
+}

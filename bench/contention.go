@@ -50,8 +50,9 @@ type contClient interface {
 	Close()
 }
 
-// cohortBounds are the WithCohort bounds the section runs (-cont-cohort).
-var cohortBounds = []int{dlock.DefaultCohortHandoffs}
+// cohortBounds are the WithCohort bounds the section runs a row for
+// besides the default Mutex's (-cont-cohort).
+var cohortBounds []int
 
 // contEntries are the section's entries; masters, when given, are the
 // Redlock masters for the Redlock Mutex rows (dlock against redsync).
@@ -59,7 +60,7 @@ func contEntries(masters []string) []contEntry {
 	es := []contEntry{
 		{
 			prim: "Mutex", lib: "dlock",
-			settings: "one c.Mutex(name) handle per Client, shared by its goroutines (a Mutex handle may be shared, like sync.Mutex)",
+			settings: fmt.Sprintf("one c.Mutex(name) handle per Client, shared by its goroutines (a Mutex handle may be shared, like sync.Mutex); defaults, so lock cohorting: up to %d local handoffs per Redis grant, within %v", dlock.DefaultCohortHandoffs, dlock.DefaultCohortTime),
 			open: func(addr string, cnt *rtCounter) (contClient, error) {
 				return newDlockCont(addr, cnt, func(c *dlock.Client, key string) handle { return c.Mutex(key) }, false), nil
 			},
@@ -79,13 +80,17 @@ func contEntries(masters []string) []contEntry {
 			},
 		},
 	}
-	// Mutex WithCohort rows, one per bound, after the plain Mutex.
-	var cohorts []contEntry
+	// After the default Mutex: one WithoutCohort, and one WithCohort row per
+	// bound asked for.
+	cohorts := []contEntry{{
+		prim: "Mutex WithoutCohort", lib: "dlock",
+		settings: "as Mutex, with dlock.WithoutCohort(): every Lock through the queue in Redis, in strict arrival order",
+		open: func(addr string, cnt *rtCounter) (contClient, error) {
+			return newDlockCont(addr, cnt, func(c *dlock.Client, key string) handle { return c.Mutex(key, dlock.WithoutCohort()) }, false), nil
+		},
+	}}
 	for _, k := range cohortBounds {
 		set := fmt.Sprintf("as Mutex, with dlock.WithCohort(%d, 0): up to %d local handoffs per Redis grant, within %v", k, k, dlock.DefaultCohortTime)
-		if k == dlock.DefaultCohortHandoffs {
-			set += " (the defaults)"
-		}
 		cohorts = append(cohorts, contEntry{
 			prim: fmt.Sprintf("Mutex WithCohort(%d)", k), lib: "dlock", settings: set,
 			open: func(addr string, cnt *rtCounter) (contClient, error) {

@@ -16,7 +16,7 @@ import (
 // waiter on the same Client and on another Client, against the floor of the
 // same run, a PING sent after the same idle pause, all interleaved round by
 // round so that the machine's noise falls on every row alike. Also a local
-// handoff between two goroutines sharing one handle WithCohort.
+// handoff between two goroutines sharing one handle (lock cohorting).
 
 type handoffRow struct {
 	name     string
@@ -99,8 +99,8 @@ func runHandoff(addr string, n, rounds int) *handoffResult {
 	pairs := []handoffPair{
 		{"Mutex, waiter on another Client", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cB.Mutex(k) }},
 		{"Mutex, waiter on the same Client", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cA.Mutex(k) }},
-		{"Mutex WithCohort, waiter on the same handle (local handoff)",
-			func(k string) handle { shared = cA.Mutex(k, dlock.WithCohort(0, 0)); return shared },
+		{"Mutex, waiter on the same handle (local cohort handoff)",
+			func(k string) handle { shared = cA.Mutex(k); return shared },
 			func(k string) handle { return shared }},
 	}
 	res := &handoffResult{n: n}

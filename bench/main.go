@@ -5,9 +5,9 @@
 //
 // `go run . -only contention` runs the contention section alone (C Clients x
 // G goroutines on one lock name; about a minute) and prints its table only,
-// writing nothing; -cont-cohort picks the Mutex WithCohort bounds it runs.
+// writing nothing; -cont-cohort adds Mutex rows WithCohort other bounds.
 // `go run . -only handoff` runs the handoff section alone: a Mutex handoff to
-// a waiter on the same and on another Client, and a local one WithCohort,
+// a waiter on the same and on another Client, and a local (cohort) one,
 // against a PING sent after the same idle pause, interleaved in one run.
 package main
 
@@ -49,7 +49,7 @@ func main() {
 	flag.StringVar(&cfg.outDir, "out", ".", "directory for BENCHMARKS.md and benchmarks.png")
 	flag.StringVar(&cfg.only, "only", "", `run one section alone and print its table, writing nothing: "contention", "uncontended" (W1), "redlock" (W1 and W2 over 3 and 5 masters, against redsync) or "handoff" (Mutex handoff to a waiter on the same and another Client, against the PING-after-idle floor)`)
 	contClients := flag.String("cont-clients", "1,4,16", "contention: the numbers of Clients (processes) to run, comma-separated")
-	contCohort := flag.String("cont-cohort", strconv.Itoa(dlock.DefaultCohortHandoffs), "contention: the WithCohort bounds (local handoffs) to run a Mutex row for, comma-separated")
+	contCohort := flag.String("cont-cohort", "", "contention: WithCohort bounds (local handoffs) to run a Mutex row for besides the default's ("+strconv.Itoa(dlock.DefaultCohortHandoffs)+"), comma-separated")
 	flag.IntVar(&cfg.cont.goroutines, "cont-goroutines", 4, "contention: goroutines per Client")
 	flag.DurationVar(&cfg.cont.dur, "cont-dur", 0, "contention: measured duration of one run (default 3s, quick 600ms)")
 	flag.DurationVar(&cfg.cont.warmup, "cont-warmup", 0, "contention: warm-up before each run (default 500ms, quick 200ms)")
@@ -69,6 +69,9 @@ func main() {
 	}
 	cohortBounds = nil
 	for f := range strings.SplitSeq(*contCohort, ",") {
+		if *contCohort == "" {
+			break
+		}
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n <= 0 {
 			fatal(fmt.Errorf("-cont-cohort %q: want positive integers separated by commas", *contCohort))

@@ -80,9 +80,11 @@ local function take(K, kind, id, ttl, fence, count, reserve)
     base = r
   end
   local f = next_fence(string.format('%.0f', base))
-  redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1')
   if reserve and reserve > 0 then
-    redis.call('HSET', K, 'r', string.format('%.0f', tonumber(f) + reserve))
+    redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1',
+      'r', string.format('%.0f', tonumber(f) + reserve))
+  else
+    redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1')
   end
   redis.call('PEXPIRE', K, ttl)
   return f

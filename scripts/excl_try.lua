@@ -52,9 +52,10 @@ if v[1] == kind and not v[2] and not v[6] then
   if not (#fs > #base or #fs == #base and fs > base) then
     fs = string.format('%.0f', tonumber(base) + 1)
   end
-  redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs)
   if reserve > 0 then
-    redis.call('HSET', K, 'r', string.format('%.0f', tonumber(fs) + reserve))
+    redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs, 'r', string.format('%.0f', tonumber(fs) + reserve))
+  else
+    redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs)
   end
   redis.call('PEXPIRE', K, ttl)
   return fs
