@@ -60,7 +60,10 @@ func (m *Mutex) Name() string { return m.name }
 // passed on. Uncontended, Lock is one round trip to Redis. A blocked Lock
 // joins the lock's queue in Redis and waits, without polling, for a release
 // to hand it the lock: waiters are served in arrival order, whichever Client
-// they wait on, and a handed-over lock needs no further round trip.
+// they wait on, and a handed-over lock needs no further round trip. A Lock
+// called while the handle itself holds the lock may first be handed the hold
+// in-process, within the cohort's bound (WithCohort; WithoutCohort turns
+// this off).
 func (m *Mutex) Lock(ctx context.Context) error { return m.lock(ctx, "dlock.Mutex.Lock") }
 
 func (m *Mutex) lock(ctx context.Context, spanName string) (err error) {
