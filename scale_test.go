@@ -244,8 +244,8 @@ func runScale(t *testing.T, sc scaleCase) {
 		float64(sc.holds)/release.Seconds(), relCPU.Round(time.Millisecond), relSrvCPU.Round(time.Millisecond))
 	assert.Zerof(t, relFailed, "%d of %d Unlocks failed; first error: %v", relFailed, sc.holds, relErr)
 	t.Logf("the Client's log, all told: %s", logs)
-	// Released locks keep only their kind and last fencing token, for a
-	// minute at most: no holder, no queue.
+	// Released locks keep only their kind, last fencing token and token
+	// reservation, for a minute at most: no holder, no queue.
 	after := verifyReleased(t, probe, sc.holds)
 	assert.Zero(t, after.held, "locks still held after every Unlock")
 	assert.Zero(t, after.lingering, "released keys without an expiry of a minute or less")
@@ -306,21 +306,24 @@ func verifyReleased(t *testing.T, probe *redis.Client, holds int) released {
 	ctx := context.Background()
 	var r released
 	for start := 0; start < holds; start += scaleVerifyBatch {
-		var held []*redis.IntCmd
+		var held []*redis.BoolCmd
+		var fields []*redis.IntCmd
 		var ttls []*redis.DurationCmd
 		_, err := probe.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i := start; i < min(start+scaleVerifyBatch, holds); i++ {
 				k := key("scale-" + strconv.Itoa(i))
-				held = append(held, p.HLen(ctx, k))
+				held = append(held, p.HExists(ctx, k, "o"))
+				fields = append(fields, p.HLen(ctx, k))
 				ttls = append(ttls, p.PTTL(ctx, k))
 			}
 			return nil
 		})
 		require.NoError(t, err)
 		for j := range held {
-			n, _ := held[j].Result()
+			o, _ := held[j].Result()
+			n, _ := fields[j].Result()
 			d, _ := ttls[j].Result()
-			if n > 2 { // more than kind and token: a holder
+			if o { // a holder ID
 				r.held++
 			}
 			if n > 0 && (d <= 0 || d > time.Minute) {
