@@ -39,8 +39,11 @@ func TestMain(m *testing.M) {
 
 // counter is a go-redis hook that counts what a client sends: round trips
 // (a command or a pipeline) and commands, by name and, for scripts, by SHA.
+// A call is counted once done, and only if it was sent since the last reset:
+// a reply that lands after a reset belongs to what came before it.
 type counter struct {
 	mu        sync.Mutex
+	epoch     int // resets so far
 	trips     int
 	commands  map[string]int
 	renewKeys int // keys carried by renewal script calls
@@ -52,30 +55,45 @@ func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		sent := c.now()
 		err := next(ctx, cmd) // counted once done, with any connection set-up it needed
 		c.mu.Lock()
+		defer c.mu.Unlock()
+		if sent != c.epoch {
+			return err
+		}
 		if !setup(cmd) {
 			c.trips++
 		}
 		c.add(cmd)
-		c.mu.Unlock()
 		return err
 	}
 }
 
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		sent := c.now()
 		err := next(ctx, cmds)
 		c.mu.Lock()
+		defer c.mu.Unlock()
+		if sent != c.epoch {
+			return err
+		}
 		if len(cmds) == 0 || !setup(cmds[0]) {
 			c.trips++
 		}
 		for _, cmd := range cmds {
 			c.add(cmd)
 		}
-		c.mu.Unlock()
 		return err
 	}
+}
+
+// now returns the counter's epoch: the number of resets so far.
+func (c *counter) now() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
 }
 
 // setup reports whether cmd is part of go-redis setting up a connection
@@ -124,6 +142,7 @@ func (c *counter) total() int {
 func (c *counter) reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.epoch++
 	c.trips = 0
 	c.renewKeys = 0
 	clear(c.commands)
