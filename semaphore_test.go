@@ -154,8 +154,13 @@ func TestSemaphore_DoubleReleaseAndExpiredRelease_ErrNotHeldCountUnchanged(t *te
 	require.NoError(t, err)
 	within(t, p.Lost(), 2*time.Second, "the permit's lost signal at lease end")
 	// The client counts the lease from before its request was sent, so it
-	// reports the loss a little before the server expires the permit.
-	time.Sleep(50 * time.Millisecond)
+	// reports the loss before the server expires the permit: by a few ms,
+	// or by a slow request's transit on a loaded machine. Wait for the
+	// server's expiry before the late Release.
+	require.Eventually(t, func() bool {
+		avail, err := s.Available(ctx)
+		return err == nil && avail == 3
+	}, 2*time.Second, 5*time.Millisecond, "the server expiring the permit")
 	err = p.Release(ctx)
 	assert.ErrorIs(t, err, dlock.ErrNotHeld)
 	assert.ErrorIs(t, err, dlock.ErrLost)
