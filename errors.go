@@ -140,6 +140,10 @@ func classify(err error) (code, text string) {
 		msg = msg[:i]
 	}
 	code, text, _ = strings.Cut(msg, " ")
+	if code == "ERR" && strings.Contains(text, codeWrongType+" ") {
+		// miniredis wraps an error raised inside a script in an ERR reply.
+		code = codeWrongType
+	}
 	return code, text
 }
 
