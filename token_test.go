@@ -180,20 +180,22 @@ func TestToken_FollowsTheServerClock(t *testing.T) {
 }
 
 // The uncontended acquire (excl_try's hot path) compares the stored token,
-// any reservation and the clock as decimal strings: a stored token with
-// fewer digits than the clock, one ahead of the clock, and a reservation
-// ahead of both.
+// any reservation and the clock: a stored token with fewer digits than the
+// clock, one ahead of the clock, and a reservation ahead of both.
 func TestToken_HotPath_TheGreaterOfClockAndStoredPlusOne(t *testing.T) {
 	e := sharedEnv(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	rdb := e.rdb()
 	n := name(t)
-	m := e.client(rdb).Mutex(n)
-	require.NoError(t, m.Lock(ctx)) // the key exists from here on: later Locks take the hot path
+	c := e.client(rdb)
+	m := c.Mutex(n, dlock.WithoutCohort()) // reserves nothing
+	require.NoError(t, m.Lock(ctx))        // the key exists from here on: later Locks take the hot path
 	require.NoError(t, m.Unlock(ctx))
 	lockWith := func(fields ...any) uint64 {
 		t.Helper()
-		require.NoError(t, rdb.HSet(ctx, key(n), fields...).Err())
+		if len(fields) > 0 {
+			require.NoError(t, rdb.HSet(ctx, key(n), fields...).Err())
+		}
 		require.NoError(t, m.Lock(ctx))
 		defer func() { require.NoError(t, m.Unlock(ctx)) }()
 		return m.Token()
@@ -208,6 +210,15 @@ func TestToken_HotPath_TheGreaterOfClockAndStoredPlusOne(t *testing.T) {
 	assert.LessOrEqual(t, int64(tok), after.UnixMicro()+1)
 
 	assert.Equal(t, uint64(8000000000000001), lockWith("f", "8000000000000000"), "a stored token ahead of the clock, plus one")
-	assert.Equal(t, uint64(8000000000000101), lockWith("f", "8000000000000000", "r", "8000000000000100"), "a reservation ahead of the stored token, plus one")
-	assert.Equal(t, uint64(8000000000000102), lockWith("r", "7000000000000000"), "a reservation behind the stored token is ignored")
+	assert.Equal(t, uint64(8000000000000101), lockWith("f", "8000000000000000", "x", "100"), "a reservation of 100 after the stored token, plus one")
+	assert.Equal(t, uint64(8000000000000202), lockWith("x", "100"), "a reservation ahead of the clock, plus one")
+	require.NoError(t, rdb.HDel(ctx, key(n), "x").Err())
+	assert.Equal(t, uint64(8000000000000203), lockWith("r", "9000000000000000"), "field r of older versions is not read")
+
+	// A cohorting Mutex reserves its bound's worth after its own token.
+	co := c.Mutex(n)
+	require.NoError(t, co.Lock(ctx))
+	assert.Equal(t, uint64(8000000000000204), co.Token())
+	require.NoError(t, co.Unlock(ctx))
+	assert.Equal(t, uint64(8000000000000204+dlock.DefaultCohortHandoffs+1), lockWith(), "the next token follows the reservation")
 }

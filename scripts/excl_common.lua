@@ -8,13 +8,14 @@
 --                           a lock handed to an owner that has not yet
 --                           claimed it
 --                        f: the fencing token of the current or last hold
+--                        x: tokens reserved after f (see Reservations)
 --                        q: '1' when Q may have members; absent only when
 --                           Q has none (the hot paths of excl_try and
 --                           excl_unlock skip the queue when it is absent)
 --   Q   p{n}:mq    zset  waiter -> arrival (server microseconds): the queue
 --   QE  p{n}:mqe   zset  waiter -> expiry of its waiting mark (server ms)
 -- and publishes on p{n}:ch. K expires with the holder's lease; released, it
--- keeps k and f for fence_memory ms, so that the next token follows the last
+-- keeps k, f and x for fence_memory ms, so that the next token follows the last
 -- one even if the server's clock steps back. Q and QE lose members by purge
 -- and vanish when empty; their key TTLs cover the latest mark, so crashed
 -- waiters leave nothing behind for good.
@@ -25,8 +26,10 @@
 -- optionally the number of fencing tokens to reserve after its own (a Mutex
 -- WithCohort hands its hold on locally with the reserved tokens).
 --
--- Reservations: K's field r, when present, is the last token reserved; the
--- next token follows max(f, r).
+-- Reservations: K's field x, when present, is a count of tokens reserved
+-- after f; the next token follows f + x. A hold that reserves none leaves
+-- an older count in place: the next token then skips a few, which costs
+-- nothing, where clearing it would cost the hot path a write.
 --
 -- The queue hint q keeps this invariant: while K holds a kind and Q has
 -- members, K has q. take sets it (K may be new while Q still has members),
@@ -74,15 +77,10 @@ end
 -- after fence and any reservation; count is its hold count; reserve (> 0)
 -- reserves that many tokens after the new one. Returns the token.
 local function take(K, kind, id, ttl, fence, count, reserve)
-  local base = tonumber(fence or '0')
-  local r = tonumber(redis.call('HGET', K, 'r') or '0')
-  if r > base then
-    base = r
-  end
-  local f = next_fence(string.format('%.0f', base))
+  local x = redis.call('HGET', K, 'x')
+  local f = next_fence(string.format('%.0f', tonumber(fence or '0') + (tonumber(x) or 0)))
   if reserve and reserve > 0 then
-    redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1',
-      'r', string.format('%.0f', tonumber(f) + reserve))
+    redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1', 'x', reserve)
   else
     redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1')
   end

@@ -34,26 +34,28 @@ if plus and plus < colon then
 end
 -- The hot path, before any helper is defined (see scripts.go): a lock of
 -- this kind, free, nobody queued (no queue hint q). The token is
--- next_fence's (lib.lua), after any reservation (excl_common.lua), worked
--- out on decimal strings: tokens have no leading zeros, so the longer
--- string, or at equal length the greater one, is the greater number, and
--- the usual case (the clock ahead of the last token) takes no conversion to
--- or from a number (Redis formats those with printf, a visible cost here).
+-- next_fence's (lib.lua), after any reservation (excl_common.lua). Without
+-- one it is worked out on decimal strings: tokens have no leading zeros, so
+-- the longer string, or at equal length the greater one, is the greater
+-- number, and the usual case (the clock ahead of the last token) takes no
+-- conversion to or from a number. Redis formats numbers with printf, a
+-- visible cost here: a Lock that reserves tokens stores the count it got
+-- from ARGV[2] as it came, never a number it formatted.
 -- HMGET runs unprotected (redis.pcall costs more): a K of another type
 -- fails the script with WRONGTYPE there, before anything changes.
-local v = redis.call('HMGET', K, 'k', 'o', 'n', 'f', 'r', 'q')
+local v = redis.call('HMGET', K, 'k', 'o', 'n', 'f', 'x', 'q')
 if v[1] == kind and not v[2] and not v[6] then
-  local base, r = v[4] or '0', v[5]
-  if r and (#r > #base or #r == #base and r > base) then
-    base = r
-  end
+  local base, x = v[4] or '0', v[5]
   local t = redis.call('TIME')
   local fs = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
-  if not (#fs > #base or #fs == #base and fs > base) then
-    fs = string.format('%.0f', tonumber(base) + 1)
+  if x or not (#fs > #base or #fs == #base and fs > base) then
+    local last = tonumber(base) + (tonumber(x) or 0)
+    if tonumber(fs) <= last then
+      fs = string.format('%.0f', last + 1)
+    end
   end
   if reserve > 0 then
-    redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs, 'r', string.format('%.0f', tonumber(fs) + reserve))
+    redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs, 'x', string.sub(waiter, plus + 1, colon - 1))
   else
     redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs)
   end
