@@ -28,3 +28,15 @@ func KeySlot(key string) int { return int(slot(key)) }
 
 // MultiLockMembers returns a MultiLock's member Mutexes, in name order.
 func MultiLockMembers(ml *MultiLock) []*Mutex { return ml.members }
+
+// Redlock gates (see redlock_try.go).
+
+// RedlockGate returns the index of the gate master of a Redlock Mutex, in
+// the order its Redlock was given the masters, and that master's name.
+func RedlockGate(m *Mutex) (int, string) {
+	g := m.rl.gate
+	return g, m.rl.r.nodes[g].name
+}
+
+// RedlockChannel is the release channel of a Redlock Mutex.
+func RedlockChannel(m *Mutex) string { return m.rl.keys[2] }

@@ -1,7 +1,9 @@
 package dlock
 
 import (
+	"hash/fnv"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +113,10 @@ type rlNode struct {
 	rdb   redis.UniversalClient
 	hub   *pubsub.Hub
 	index int
+	name  string // its address, normalized, or its index when unknown
+	// failing is set by a try whose request to the master failed, and
+	// cleared by one that it answered: a failing master is no gate.
+	failing atomic.Bool
 }
 
 // NewRedlock returns a Redlock over masters, independent Redis masters (no
@@ -158,7 +164,7 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 	c.waits.init()
 	c.wd = newWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, cfg.logger)
 	for i, rdb := range masters {
-		n := &rlNode{rdb: rdb, index: i}
+		n := &rlNode{rdb: rdb, index: i, name: masterName(rdb, i)}
 		n.hub = pubsub.New(rdb, rlHubHandler{r}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
 		r.nodes = append(r.nodes, n)
 	}
@@ -205,6 +211,45 @@ func checkMasters(masters []redis.UniversalClient) error {
 	return nil
 }
 
+// masterName names master i for gateOf: its address as normalAddr spells it,
+// or else its place in the list.
+func masterName(m redis.UniversalClient, i int) string {
+	if rdb, ok := m.(*redis.Client); ok && rdb.Options().Addr != "FailoverClient" {
+		o := rdb.Options()
+		return normalAddr(o.Network, o.Addr)
+	}
+	return "#" + strconv.Itoa(i)
+}
+
+// gateOf picks the gate master of the lock whose main key is key
+// (redlock_try.go): the master whose name hashes highest with the key, so
+// that every Client given the same masters, in any order, picks the same one
+// for a name, and names spread over the masters.
+func gateOf(nodes []*rlNode, key string) int {
+	gate, best := -1, uint64(0)
+	for _, n := range nodes {
+		h := fnv.New64a()
+		h.Write([]byte(n.name))
+		h.Write([]byte{0})
+		h.Write([]byte(key))
+		if v := mix64(h.Sum64()); gate < 0 || v > best {
+			gate, best = n.index, v
+		}
+	}
+	return gate
+}
+
+// mix64 spreads every bit of h over all of them (MurmurHash3's finalizer):
+// FNV's high bits hardly depend on the last bytes hashed.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
 // normalAddr spells a server address so that two spellings of one loopback
 // address compare equal: no host or localhost is 127.0.0.1, and no port is
 // 6379.
@@ -233,7 +278,7 @@ func normalAddr(network, addr string) string {
 // error wrapping ErrInvalid.
 func (r *Redlock) Mutex(name string, opts ...LockOption) *Mutex {
 	m := r.c.newMutex(kindMutexName, name, opts)
-	m.rl = &rlMutex{r: r, m: m, keys: redlockKeys(m.key)}
+	m.rl = &rlMutex{r: r, m: m, keys: redlockKeys(m.key), gate: gateOf(r.nodes, m.key)}
 	return m
 }
 

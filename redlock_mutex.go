@@ -4,7 +4,24 @@ package dlock
 // are in redlock_try.go, waiting in redlock_wait.go, its other calls in
 // redlock_ops.go, and the fan-out to every master in redlock_fanout.go.
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// rlEpoch is the origin of rlMutex.refused.
+var rlEpoch = time.Now()
+
+// contendedFor is how long a refused try makes a handle's Lock go to the
+// gate first (see rlMutex.refused).
+const contendedFor = time.Second
+
+// contended reports whether a try of the handle failed within contendedFor.
+func (rm *rlMutex) contended() bool {
+	at := rm.refused.Load()
+	return at != 0 && time.Since(rlEpoch)-time.Duration(at) < contendedFor
+}
 
 // rlMutex is what a Mutex made by a Redlock does instead of running the
 // exclusive lock's scripts on one Redis: see Redlock.
@@ -12,6 +29,13 @@ type rlMutex struct {
 	r    *Redlock
 	m    *Mutex
 	keys []string // K, F, CH (see scripts/redlock.lua)
+	gate int      // the master contended tries ask first (redlock_try.go); -1: none
+	// refused is when a try of this handle last failed to hold (nanoseconds
+	// since rlEpoch on the monotonic clock; 0: never). For contendedFor
+	// after that, its Lock's first try asks the gate first too: a caller
+	// that locks again right after its Unlock does not split the votes with
+	// the waiters its release woke.
+	refused atomic.Int64
 	// live holds the tries kept as holds whose every master has not yet
 	// answered, by hold ID: Unlock and ForceUnlock abandon them, so that a
 	// grant that reaches a master after the release is given back.

@@ -47,17 +47,28 @@ type rlTry struct {
 // replies that decide it: when a quorum granted, or when so many refused or
 // failed that no quorum can, or when done is closed (the caller's context
 // ended: the replies so far, the others counted as failed).
-func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64) []rlReply {
+//
+// With a gate (a master's index, else -1), it asks that master first, alone,
+// and the others only once it granted the try, or failed, or did not answer
+// within the node timeout. A refusal there ends the try: the gate's reply
+// alone is returned. Waiters woken by one release all go for the gate
+// first, so one of them wins it and the others are refused at the cost of
+// one request each, where asking every master at once splits the votes
+// among them and makes all of them back off. This is still the Redlock
+// algorithm, which asks the masters in turn; the validity counts from the
+// gate's request.
+func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, gate int) []rlReply {
 	r := t.rm.r
 	n := len(r.nodes)
 	t.arrived = make(chan struct{}, n)
 	t.sent = time.Now()
-	for _, node := range r.nodes {
+	send := func(node *rlNode) {
 		r.goCall(func() {
 			cctx, cancel := context.WithTimeout(ctx, t.nodeTO)
 			res, err := scripts.Redlock.Run(cctx, node.rdb, t.rm.keys, "t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10)).Slice()
 			cancel()
 			rep := decodeRedlockTry(node.index, res, err)
+			node.failing.Store(err != nil && !isRedisError(err))
 			t.mu.Lock()
 			t.replies = append(t.replies, rep)
 			decided, keep, held := t.decided, t.keep, t.held
@@ -76,6 +87,31 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64) 
 			}
 			t.arrived <- struct{}{}
 		})
+	}
+	if gate >= 0 {
+		send(r.nodes[gate])
+		timer := time.NewTimer(t.nodeTO)
+		select {
+		case <-t.arrived:
+			t.arrived <- struct{}{} // counted again below
+			t.mu.Lock()
+			rep := t.replies[0]
+			t.mu.Unlock()
+			if !rep.granted && rep.err == nil {
+				timer.Stop()
+				return []rlReply{rep}
+			}
+		case <-timer.C:
+		case <-done:
+			timer.Stop()
+			return nil // the caller gives the try back
+		}
+		timer.Stop()
+	}
+	for _, node := range r.nodes {
+		if node.index != gate {
+			send(node)
+		}
 	}
 	timer := time.NewTimer(overrun(t.nodeTO))
 	defer timer.Stop()
@@ -192,14 +228,24 @@ var errNoQuorum = errors.New("dlock: redlock: no quorum of masters answered")
 // not, how long the lease of the holder that refused has left at most, and
 // whether the votes were split (some granted): then the caller should wait a
 // random moment before trying again.
-func (rm *rlMutex) attempt(ctx context.Context, op string) (ok bool, left time.Duration, split bool, err error) {
+//
+// gated asks for the try to go to the lock's gate master first (see run):
+// waiters do so, as they contend with each other, and so does the first try
+// of a Lock on a handle whose try failed within contendedFor; other first
+// tries and TryLock do not, to hold in one round trip when nobody contends.
+// A gate that failed the last request sent to it is skipped.
+func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool, left time.Duration, split bool, err error) {
 	r, m := rm.r, rm.m
 	ttl, renew := m.terms()
 	t := &rlTry{rm: rm, id: r.c.newToken(), ttl: ttl, nodeTO: nodeTimeout(ttl)}
 	// The requests do not end with ctx, so that what they did is known and
 	// can be given back; the caller waits for them only while ctx lasts.
 	nc := detach(ctx)
-	reps := t.run(nc, ctx.Done(), r.proposal())
+	gate := -1
+	if gated && rm.gate >= 0 && !r.nodes[rm.gate].failing.Load() {
+		gate = rm.gate
+	}
+	reps := t.run(nc, ctx.Done(), r.proposal(), gate)
 	if ctx.Err() != nil {
 		t.giveBack(ctx)
 		return false, 0, false, notObtained(op, m.name, ctx)
@@ -219,6 +265,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string) (ok bool, left time.D
 		}
 	}
 	if len(granted) < r.quorum {
+		rm.refused.Store(int64(time.Since(rlEpoch)))
 		t.giveBack(ctx)
 		for _, rep := range reps {
 			if rep.err != nil && isRedisError(rep.err) {
@@ -321,7 +368,7 @@ func countErr(reps []rlReply) int {
 
 // acquire runs Lock (block) or TryLock.
 func (rm *rlMutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
-	ok, left, split, err := rm.attempt(ctx, op)
+	ok, left, split, err := rm.attempt(ctx, op, block && rm.contended())
 	if block && errors.Is(err, errNoQuorum) {
 		err, split = nil, true // look again soon
 	}

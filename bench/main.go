@@ -138,6 +138,9 @@ func main() {
 			fmt.Printf("  %-18s %9.0f pairs/s  %.2f  CPU per pair: client %s, redis-server %s\n", lr.lib.name, median(lr.w1Rates), median(lr.w1Rates)/floor,
 				fmtDur(pct(lr.w1Client, .5)), fmtDur(pct(lr.w1Server, .5)))
 		}
+		if med, ahead, n := paired(res.find("dlock").w1Rates, res.find("minimal safe lock").w1Rates); n > 0 {
+			fmt.Printf("dlock / minimal safe lock paired by round: median %.2f, level or ahead in %d of %d rounds\n", med, ahead, n)
+		}
 		return
 	}
 	if cfg.only == "redlock" {

@@ -95,6 +95,12 @@ func tables(cfg config, res *results) string {
 			fmtDur(pct(lr.w1Client, .5)), fmtDur(pct(lr.w1Server, .5)), errCell(&lr.w1Err, lr.openErr))
 	}
 
+	if d, f := res.find("dlock"), res.find("minimal safe lock"); d != nil && f != nil {
+		if med, ahead, n := paired(d.w1Rates, f.w1Rates); n > 0 {
+			p("\nPaired by round (dlock's and the minimal safe lock's turns of the same round, so that the machine's drift over the run cancels): dlock / minimal safe lock, median over rounds **%.2f**; dlock at least level in %d of %d rounds.\n", med, ahead, n)
+		}
+	}
+
 	p("\n### W2 handoff latency: one holder, one blocked waiter (separate clients), %d handoffs\n\n", cfg.handoffs)
 	p("Measured from the holder's Unlock returning (the issue's definition; negative when the waiter's Lock returned first) and, to compare libraries on a figure that cannot go negative, from the holder calling Unlock.\n\n")
 	p("| library | p50 | p99 | max | waiter first | from Unlock call: p50 | p99 | n | errors |\n|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
@@ -240,6 +246,9 @@ func targets(cfg config, res *results) string {
 	limit := time.Duration(2*cfg.w3Workers) * cfg.w3Hold
 	p("| target | this run | verdict |\n|---|---|---|\n")
 	p("| W1 at least the minimal safe lock | dlock %.2f, floor %.2f (of PING) | %s |\n", dW1, fW1, verdict(dW1 >= fW1))
+	if med, ahead, n := paired(d.w1Rates, floor.w1Rates); n > 0 {
+		p("| W1 at least the minimal safe lock, paired by round | dlock / floor median %.2f, level or ahead in %d of %d rounds | %s |\n", med, ahead, n, verdict(med >= 1))
+	}
 	p("| W1 ahead of every peer | dlock %.2f, best peer %s %.2f | %s |\n", dW1, bestW1Name, bestW1, verdict(dW1 > bestW1))
 	p("| W2 handoff p50 <= 150 µs | %s | %s |\n", fmtDur(dW2), verdict(dW2 <= 150*time.Microsecond))
 	if bestW2 > 0 && dW2Call > 0 {
@@ -255,4 +264,20 @@ func targets(cfg config, res *results) string {
 		p("| one pub/sub connection per Client for %d waiters | %d | %s |\n", sc.waiters, sc.pubsubConns, verdict(sc.pubsubConns == 1 && sc.err.String() == ""))
 	}
 	return b.String()
+}
+
+// paired compares two entries' W1 rounds one by one: the median over rounds
+// of a's rate over b's, and in how many of the n rounds a was at least b.
+func paired(a, b []float64) (med float64, ahead, n int) {
+	n = min(len(a), len(b))
+	ratios := make([]float64, 0, n)
+	for i := range n {
+		if b[i] > 0 {
+			ratios = append(ratios, a[i]/b[i])
+			if a[i] >= b[i] {
+				ahead++
+			}
+		}
+	}
+	return median(ratios), ahead, len(ratios)
 }

@@ -1,0 +1,143 @@
+package dlock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// evalCalls returns how many script calls srv has run since its stats were
+// last reset.
+func evalCalls(t *testing.T, srv *redistest.Server) int {
+	t.Helper()
+	v, err := srv.Do(context.Background(), "info", "commandstats")
+	require.NoError(t, err)
+	n := 0
+	for _, line := range strings.Split(v.(string), "\n") {
+		if strings.HasPrefix(line, "cmdstat_evalsha:") || strings.HasPrefix(line, "cmdstat_eval:") {
+			calls := strings.TrimPrefix(strings.Split(line, ",")[0], strings.Split(line, "=")[0]+"=")
+			c, err := strconv.Atoi(calls)
+			require.NoError(t, err)
+			n += c
+		}
+	}
+	return n
+}
+
+// Every Client given the same masters, in any order, picks the same gate for
+// a name, and names spread over the masters.
+func TestRedlock_Gate_SameForEveryClientAndSpread(t *testing.T) {
+	srvs := masters(t, 3)
+	addrs := addrsOf(srvs)
+	r1 := redlockOn(t, addrs)
+	r2 := redlockOn(t, []string{addrs[2], addrs[0], addrs[1]})
+	used := map[string]int{}
+	for i := range 60 {
+		n := "gate-" + strconv.Itoa(i)
+		_, g1 := dlock.RedlockGate(r1.Mutex(n))
+		_, g2 := dlock.RedlockGate(r2.Mutex(n))
+		require.Equal(t, g1, g2, "name %s", n)
+		used[g1]++
+	}
+	assert.Len(t, used, 3, "60 names over 3 masters use all of them: %v", used)
+}
+
+// A woken waiter's try goes to the gate master alone while the lock is held
+// there: the other masters see nothing of it. Without the gate, every woken
+// waiter asks every master, and waiters of several Clients split the votes.
+func TestRedlock_Gate_WaiterRefusedAtGateAsksNoOtherMaster(t *testing.T) {
+	srvs := masters(t, 3)
+	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(20*time.Second))
+	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(20*time.Second))
+	n := name(t)
+	ma, mb := a.Mutex(n), b.Mutex(n)
+	gate, _ := dlock.RedlockGate(mb)
+	ctx := ctxTimeout(t, 15*time.Second)
+	require.NoError(t, ma.Lock(ctx))
+	resetStats := func() {
+		for _, s := range srvs {
+			_, err := s.Do(ctx, "config", "resetstat")
+			require.NoError(t, err)
+		}
+	}
+	resetStats()
+	got := make(chan error, 1)
+	go func() { got <- mb.Lock(ctx) }()
+	// b tried every master, was refused, and waits subscribed on each.
+	require.Eventually(t, func() bool {
+		for _, s := range srvs {
+			v, err := s.Do(ctx, "pubsub", "numsub", dlock.RedlockChannel(mb))
+			require.NoError(t, err)
+			if evalCalls(t, s) == 0 || v.([]any)[1].(int64) == 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 5*time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // the subscriptions' own wake-up has run
+	resetStats()
+	// A release message that releases nothing wakes b, as one from a
+	// holder that lost a master's key would: b looks again.
+	other := srvs[(gate+1)%3]
+	_, err := other.Do(ctx, "publish", dlock.RedlockChannel(mb), "someone|"+n+"-gone")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return evalCalls(t, srvs[gate]) >= 1 }, 2*time.Second, 5*time.Millisecond, "b's try reached the gate")
+	time.Sleep(100 * time.Millisecond) // it would reach the others as soon
+	for i, s := range srvs {
+		if i != gate {
+			assert.Zero(t, evalCalls(t, s), "master %d (gate %d) saw b's try", i, gate)
+		}
+	}
+	assert.Equal(t, 1, evalCalls(t, srvs[gate]), "one try at the gate")
+	select {
+	case err := <-got:
+		t.Fatalf("b's Lock returned while a holds: %v", err)
+	default:
+	}
+	require.NoError(t, ma.Unlock(ctx))
+	select {
+	case err := <-got:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("b was not served after a's Unlock")
+	}
+	require.NoError(t, mb.Unlock(ctx))
+}
+
+// With the gate master down, woken waiters still hold: a gate that failed
+// its last request is skipped, and the try asks every master.
+func TestRedlock_Gate_GateDown_WaitersStillServed(t *testing.T) {
+	srvs := masters(t, 3)
+	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(5*time.Second))
+	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(5*time.Second))
+	n := name(t)
+	ma, mb := a.Mutex(n), b.Mutex(n)
+	gate, _ := dlock.RedlockGate(mb)
+	srvs[gate].Stop()
+	ctx := ctxTimeout(t, 20*time.Second)
+	for round := range 3 {
+		require.NoError(t, ma.Lock(ctx))
+		got := make(chan time.Time, 1)
+		go func() {
+			if mb.Lock(ctx) == nil {
+				got <- time.Now()
+			}
+			close(got)
+		}()
+		time.Sleep(150 * time.Millisecond) // b waits, contended: its next tries are gated
+		released := time.Now()
+		require.NoError(t, ma.Unlock(ctx))
+		at, ok := <-got
+		require.True(t, ok, "round %d: b got the lock", round)
+		assert.Less(t, at.Sub(released), time.Second, "round %d: woken by the release and served without the gate", round)
+		require.NoError(t, mb.Unlock(ctx))
+	}
+}
