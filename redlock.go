@@ -370,7 +370,18 @@ func (h rlHubHandler) Subscribed(channel string) {
 	h.r.c.waits.wake(channel, wakeAll, wakeSubscribed)
 }
 
-// firstSeen reports whether the release of holder is new to this Redlock.
+// released reports whether this Redlock has seen holder's release: from a
+// master's message, or as the holder itself. A gate that still refuses for
+// such a holder has not applied the release yet (see rlMutex.attempt).
+func (r *Redlock) released(holder string) bool {
+	r.seenMu.Lock()
+	defer r.seenMu.Unlock()
+	_, ok := r.seen[holder]
+	return ok
+}
+
+// firstSeen reports whether the release of holder is new to this Redlock,
+// and records it.
 func (r *Redlock) firstSeen(holder string) bool {
 	const remember = 1024
 	r.seenMu.Lock()

@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultnet"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
 
@@ -138,6 +140,47 @@ func TestRedlock_Gate_GateDown_WaitersStillServed(t *testing.T) {
 		at, ok := <-got
 		require.True(t, ok, "round %d: b got the lock", round)
 		assert.Less(t, at.Sub(released), time.Second, "round %d: woken by the release and served without the gate", round)
+		require.NoError(t, mb.Unlock(ctx))
+	}
+}
+
+// A release reaches the masters at different times. The waiter it wakes
+// (on the first master's message) may ask the gate before the gate has
+// released; the gate's own message for that release is then ignored, as the
+// release was already seen. The waiter must look again soon, not sleep out
+// the old holder's lease. Here the holder's link to the gate master lags by
+// 40 ms each way, so every release reaches the gate last.
+func TestRedlock_Gate_LaggingGate_WaiterServedSoon(t *testing.T) {
+	srvs := masters(t, 3)
+	addrs := addrsOf(srvs)
+	b := redlockOn(t, addrs) // default lease: a waiter that sleeps it out waits 30 s
+	n := name(t)
+	mb := b.Mutex(n)
+	gate, _ := dlock.RedlockGate(mb)
+	p, err := faultnet.Start(addrs[gate])
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	p.SetLatency(40*time.Millisecond, 40*time.Millisecond)
+	holderAddrs := slices.Clone(addrs)
+	holderAddrs[gate] = p.Addr
+	a := redlockOn(t, holderAddrs)
+	ma := a.Mutex(n)
+	ctx := ctxTimeout(t, 60*time.Second)
+	for round := range 5 {
+		require.NoError(t, ma.Lock(ctx))
+		got := make(chan time.Time, 1)
+		go func() {
+			if mb.Lock(ctx) == nil {
+				got <- time.Now()
+			}
+			close(got)
+		}()
+		time.Sleep(150 * time.Millisecond) // b is refused and waits subscribed
+		released := time.Now()
+		require.NoError(t, ma.Unlock(ctx))
+		at, ok := <-got
+		require.True(t, ok, "round %d: b got the lock", round)
+		assert.Less(t, at.Sub(released), 2*time.Second, "round %d: b served soon after the release", round)
 		require.NoError(t, mb.Unlock(ctx))
 	}
 }

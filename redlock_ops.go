@@ -24,7 +24,9 @@ func (rm *rlMutex) unlock(ctx context.Context, l *hold) error {
 		return rm.releaseCtx(ctx, n, l.spec.id)
 	})
 	if released > 0 {
-		// This Redlock ignores its own release messages.
+		// This Redlock ignores its own release messages; it records the
+		// release itself, for its waiters' tries at a lagging gate.
+		r.firstSeen(l.spec.id)
 		r.c.waits.wake(rm.keys[2], wakeOne, wakeLocal)
 	}
 	switch {

@@ -226,8 +226,9 @@ var errNoQuorum = errors.New("dlock: redlock: no quorum of masters answered")
 
 // attempt makes one try. It reports whether the caller holds the lock; when
 // not, how long the lease of the holder that refused has left at most, and
-// whether the votes were split (some granted): then the caller should wait a
-// random moment before trying again.
+// whether the votes were split (some granted, or the gate has yet to apply a
+// release this Redlock has seen): then the caller should wait a random
+// moment before trying again.
 //
 // gated asks for the try to go to the lock's gate master first (see run):
 // waiters do so, as they contend with each other, and so does the first try
@@ -277,7 +278,12 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 			// failed for want of masters, not because the lock is held.
 			return false, left, len(granted) > 0, m.fail(op, fmt.Errorf("%w: %w", errNoQuorum, failed))
 		}
-		return false, left, len(granted) > 0, nil
+		// A gate that refused for a holder whose release this Redlock has
+		// seen lags behind the masters that published it, and that release
+		// wakes nobody again: look again soon, as after a split vote, rather
+		// than at the end of the old holder's lease.
+		lagging := gate >= 0 && len(reps) == 1 && !reps[0].granted && reps[0].err == nil && r.released(reps[0].holder)
+		return false, left, len(granted) > 0 || lagging, nil
 	}
 
 	// The token: the maximum over the grants, written back to those that
