@@ -1,6 +1,10 @@
 package dlock
 
-import "github.com/redis/go-redis/v9"
+import (
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // WarmConns is how many connections a Client warms for renewals after its
 // first round trip, each with a one-PING pipeline (see renewals.go).
@@ -37,6 +41,14 @@ func RedlockGate(m *Mutex) (int, string) {
 	g := m.rl.gate
 	return g, m.rl.r.nodes[g].name
 }
+
+// RedlockContended reports whether a Redlock Mutex's tries go to its gate
+// first (see rlMutex.contested).
+func RedlockContended(m *Mutex) bool { return m.rl.contended() }
+
+// RedlockContend marks a Redlock Mutex as having met other callers just now,
+// as a split vote would.
+func RedlockContend(m *Mutex) { m.rl.contested.Store(int64(time.Since(rlEpoch))) }
 
 // RedlockChannel is the release channel of a Redlock Mutex.
 func RedlockChannel(m *Mutex) string { return m.rl.keys[2] }

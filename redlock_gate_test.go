@@ -52,8 +52,8 @@ func TestRedlock_Gate_SameForEveryClientAndSpread(t *testing.T) {
 	assert.Len(t, used, 3, "60 names over 3 masters use all of them: %v", used)
 }
 
-// A woken waiter's try goes to the gate master alone while the lock is held
-// there: the other masters see nothing of it. Without the gate, every woken
+// A contending waiter's woken try goes to the gate master alone while the
+// lock is held there: the other masters see nothing of it. Without the gate, every woken
 // waiter asks every master, and waiters of several Clients split the votes.
 func TestRedlock_Gate_WaiterRefusedAtGateAsksNoOtherMaster(t *testing.T) {
 	srvs := masters(t, 3)
@@ -85,6 +85,10 @@ func TestRedlock_Gate_WaiterRefusedAtGateAsksNoOtherMaster(t *testing.T) {
 		return true
 	}, 5*time.Second, 5*time.Millisecond)
 	time.Sleep(50 * time.Millisecond) // the subscriptions' own wake-up has run
+	// b has met no other caller: it is not contending yet. As if a split
+	// vote had just shown others:
+	require.False(t, dlock.RedlockContended(mb), "a lone waiter goes to every master at once")
+	dlock.RedlockContend(mb)
 	resetStats()
 	// A release message that releases nothing wakes b, as one from a
 	// holder that lost a master's key would: b looks again.
@@ -134,7 +138,8 @@ func TestRedlock_Gate_GateDown_WaitersStillServed(t *testing.T) {
 			}
 			close(got)
 		}()
-		time.Sleep(150 * time.Millisecond) // b waits, contended: its next tries are gated
+		time.Sleep(150 * time.Millisecond) // b waits
+		dlock.RedlockContend(mb)           // and contends: its next try would go to the gate
 		released := time.Now()
 		require.NoError(t, ma.Unlock(ctx))
 		at, ok := <-got
@@ -176,6 +181,7 @@ func TestRedlock_Gate_LaggingGate_WaiterServedSoon(t *testing.T) {
 			close(got)
 		}()
 		time.Sleep(150 * time.Millisecond) // b is refused and waits subscribed
+		dlock.RedlockContend(mb)           // and contends: its next try goes to the gate
 		released := time.Now()
 		require.NoError(t, ma.Unlock(ctx))
 		at, ok := <-got
@@ -183,4 +189,54 @@ func TestRedlock_Gate_LaggingGate_WaiterServedSoon(t *testing.T) {
 		assert.Less(t, at.Sub(released), 2*time.Second, "round %d: b served soon after the release", round)
 		require.NoError(t, mb.Unlock(ctx))
 	}
+}
+
+// Whether a handle contends follows what its tries meet: a lone waiter,
+// refused only by the holder it waits for, never goes to the gate (so it
+// holds in one round of requests); a waiter that loses the lock to another
+// waiter does.
+func TestRedlock_Gate_ContendedOnlyWhenOthersCompete(t *testing.T) {
+	srvs := masters(t, 3)
+	addrs := addrsOf(srvs)
+	a, b, c := redlockOn(t, addrs), redlockOn(t, addrs), redlockOn(t, addrs)
+	n := name(t)
+	ma, mb, mc := a.Mutex(n), b.Mutex(n), c.Mutex(n)
+	ctx := ctxTimeout(t, 30*time.Second)
+	waitFor := func(m *dlock.Mutex) <-chan error {
+		got := make(chan error, 1)
+		go func() { got <- m.Lock(ctx) }()
+		return got
+	}
+	for round := range 5 {
+		require.NoError(t, ma.Lock(ctx))
+		got := waitFor(mb)
+		time.Sleep(30 * time.Millisecond)
+		require.NoError(t, ma.Unlock(ctx))
+		require.NoError(t, <-got, "round %d", round)
+		require.NoError(t, mb.Unlock(ctx))
+	}
+	assert.False(t, dlock.RedlockContended(ma), "the holder met no other caller")
+	assert.False(t, dlock.RedlockContended(mb), "the lone waiter met no other caller")
+
+	// Two waiters: whichever loses is refused by the winner, a holder other
+	// than the one it waited for.
+	require.NoError(t, ma.Lock(ctx))
+	gotB, gotC := waitFor(mb), waitFor(mc)
+	time.Sleep(30 * time.Millisecond)
+	require.NoError(t, ma.Unlock(ctx))
+	var winner, loser *dlock.Mutex
+	var loserGot <-chan error
+	select {
+	case err := <-gotB:
+		require.NoError(t, err)
+		winner, loser, loserGot = mb, mc, gotC
+	case err := <-gotC:
+		require.NoError(t, err)
+		winner, loser, loserGot = mc, mb, gotB
+	}
+	require.Eventually(t, func() bool { return dlock.RedlockContended(loser) }, 5*time.Second, 5*time.Millisecond,
+		"the losing waiter contends")
+	require.NoError(t, winner.Unlock(ctx))
+	require.NoError(t, <-loserGot)
+	require.NoError(t, loser.Unlock(ctx))
 }

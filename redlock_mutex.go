@@ -10,16 +10,17 @@ import (
 	"time"
 )
 
-// rlEpoch is the origin of rlMutex.refused.
+// rlEpoch is the origin of rlMutex.contested.
 var rlEpoch = time.Now()
 
-// contendedFor is how long a refused try makes a handle's Lock go to the
-// gate first (see rlMutex.refused).
+// contendedFor is how long a sign of contention makes a handle's tries go
+// to the gate first (see rlMutex.contested).
 const contendedFor = time.Second
 
-// contended reports whether a try of the handle failed within contendedFor.
+// contended reports whether the handle saw other callers contend within
+// contendedFor.
 func (rm *rlMutex) contended() bool {
-	at := rm.refused.Load()
+	at := rm.contested.Load()
 	return at != 0 && time.Since(rlEpoch)-time.Duration(at) < contendedFor
 }
 
@@ -30,12 +31,16 @@ type rlMutex struct {
 	m    *Mutex
 	keys []string // K, F, CH (see scripts/redlock.lua)
 	gate int      // the master contended tries ask first (redlock_try.go); -1: none
-	// refused is when a try of this handle last failed to hold (nanoseconds
-	// since rlEpoch on the monotonic clock; 0: never). For contendedFor
-	// after that, its Lock's first try asks the gate first too: a caller
-	// that locks again right after its Unlock does not split the votes with
-	// the waiters its release woke.
-	refused atomic.Int64
+	// contested is when a try of this handle last met other callers
+	// (nanoseconds since rlEpoch on the monotonic clock; 0: never): its
+	// votes were split with a live holder, or a holder other than the one
+	// that refused its previous try refused it. For contendedFor after that,
+	// its tries ask the gate first (see attempt). A lone waiter does not: it
+	// holds in one round trip of every master at once, not two.
+	contested atomic.Int64
+	// refuser is the holder that refused this handle's last try; nil after
+	// a try that held.
+	refuser atomic.Pointer[string]
 	// live holds the tries kept as holds whose every master has not yet
 	// answered, by hold ID: Unlock and ForceUnlock abandon them, so that a
 	// grant that reaches a master after the release is given back.

@@ -51,9 +51,9 @@ type rlTry struct {
 // With a gate (a master's index, else -1), it asks that master first, alone,
 // and the others only once it granted the try, or failed, or did not answer
 // within the node timeout. A refusal there ends the try: the gate's reply
-// alone is returned. Waiters woken by one release all go for the gate
-// first, so one of them wins it and the others are refused at the cost of
-// one request each, where asking every master at once splits the votes
+// alone is returned. Contending waiters woken by one release all go for the
+// gate first, so one of them wins it and the others are refused at the cost
+// of one request each, where asking every master at once splits the votes
 // among them and makes all of them back off. This is still the Redlock
 // algorithm, which asks the masters in turn; the validity counts from the
 // gate's request.
@@ -231,10 +231,10 @@ var errNoQuorum = errors.New("dlock: redlock: no quorum of masters answered")
 // moment before trying again.
 //
 // gated asks for the try to go to the lock's gate master first (see run):
-// waiters do so, as they contend with each other, and so does the first try
-// of a Lock on a handle whose try failed within contendedFor; other first
-// tries and TryLock do not, to hold in one round trip when nobody contends.
-// A gate that failed the last request sent to it is skipped.
+// the tries of a blocking Lock on a handle that met other callers within
+// contendedFor do so, as they contend with them; other tries, and TryLock,
+// do not, to hold in one round trip when nobody contends. A gate that
+// failed the last request sent to it is skipped.
 func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool, left time.Duration, split bool, err error) {
 	r, m := rm.r, rm.m
 	ttl, renew := m.terms()
@@ -266,7 +266,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 		}
 	}
 	if len(granted) < r.quorum {
-		rm.refused.Store(int64(time.Since(rlEpoch)))
+		rm.noteRefusal(reps, len(granted) > 0)
 		t.giveBack(ctx)
 		for _, rep := range reps {
 			if rep.err != nil && isRedisError(rep.err) {
@@ -358,8 +358,30 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 		return false, 0, false, closedErr(op, m.name)
 	}
 	t.decide(true, l)
+	rm.refuser.Store(nil)
 	annotate(ctx, attrHoldCount.Int(1), attrToken.Int64(int64(token)))
 	return true, 0, false, nil
+}
+
+// noteRefusal records who refused a try, and whether that shows other
+// callers contending (see rlMutex.contested). A holder whose release this
+// Redlock has seen shows nothing: its release has yet to reach the master
+// that refused.
+func (rm *rlMutex) noteRefusal(reps []rlReply, split bool) {
+	holder := ""
+	for _, rep := range reps {
+		if !rep.granted && rep.err == nil && rep.holder != "" {
+			holder = rep.holder
+			break
+		}
+	}
+	if holder == "" || rm.r.released(holder) {
+		return
+	}
+	prev := rm.refuser.Swap(&holder)
+	if split || prev != nil && *prev != holder {
+		rm.contested.Store(int64(time.Since(rlEpoch)))
+	}
 }
 
 func countErr(reps []rlReply) int {

@@ -53,7 +53,7 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 		}
 		c.waits.attempt(w)
 		attempts++
-		ok, left, split, err := rm.attempt(ctx, op, true)
+		ok, left, split, err := rm.attempt(ctx, op, rm.contended())
 		if err != nil && !errors.Is(err, errNoQuorum) {
 			return false, err
 		}
