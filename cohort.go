@@ -9,27 +9,30 @@ import (
 	"time"
 )
 
-// Lock cohorting (WithCohort): a Mutex handle that holds the lock and has
-// goroutines waiting on it hands the hold to the first of them without a
-// round trip to Redis, up to its bound, and only then releases to the queue
-// in Redis.
+// Lock cohorting (WithCohort): a Mutex handle that holds the lock, while
+// goroutines of its Client wait for the same name (on this handle or on any
+// other cohorting Mutex handle of the name), hands the hold to the first of
+// them without a round trip to Redis, up to its bound, and only then
+// releases to the queue in Redis. Any handle, so that the common
+// c.Mutex(name).Lock per call cohorts as a shared handle does.
 //
 // A Lock on the handle while a cohort runs waits for a local handoff only
 // (waitAs.local), without a round trip: it has no place in the queue in
 // Redis. If the cohort ends first, the Unlock that releases to Redis queues
 // it there in the same script, in local arrival order, and wakes it to start
 // its waiting mark (wakeQueued); after the cohort's time bound at the latest
-// it tries and queues on its own. Other waiters of the handle wait as every
-// Mutex waiter does, queued in Redis.
+// it tries and queues on its own. Other waiters wait as every Mutex waiter
+// does, queued in Redis.
 //
-// A local handoff picks the first waiter of the handle in this Client's
-// registry (arrival order), makes it a new hold of its own on the same Redis
-// hold (same holder ID, same lease deadline, the next token of the block the
-// Redis grant reserved), and wakes it with wakeCohort. If the waiter had a
-// place in the queue in Redis, the releasing Unlock then takes it out
-// (excl_cancel), off the new holder's path; the Unlock that finally releases
-// to Redis drops every place the cohort served first, in case one was queued
-// after its cancel ran.
+// A local handoff picks the first cohorting waiter of the name in this
+// Client's registry (arrival order), makes it a new hold of its own on the
+// same Redis hold (same holder ID, same lease deadline, the next token of
+// the block the Redis grant reserved) on the waiter's handle, and wakes it
+// with wakeCohort. If the waiter had a place in the queue in Redis, the
+// releasing Unlock then takes it out (excl_cancel), off the new holder's
+// path; the Unlock that finally releases to Redis drops every place the
+// cohort served first, in case one was queued after its cancel ran. The
+// bounds that apply are those of the handle that passes the hold on.
 
 // cohortState is what a hold of a Mutex WithCohort carries from one local
 // handoff to the next.
@@ -46,7 +49,8 @@ func (m *Mutex) cohortOn() bool {
 }
 
 // passLocal hands l, just taken off the handle by Unlock, to the first
-// goroutine waiting on the handle, within the bound. It returns the served
+// goroutine of the Client waiting on a cohorting handle of the name, within
+// the bound. It returns the served
 // waiter's place in the queue in Redis ("" when it had none), or false when
 // it handed nothing: l is then still the caller's to release.
 func (m *Mutex) passLocal(l *hold) (string, bool) {
@@ -56,8 +60,9 @@ func (m *Mutex) passLocal(l *hold) (string, bool) {
 	}
 	c := m.c
 	var place string
-	w := c.waits.pickCohort(m.channel, m, func(w *waiter) *hold {
-		nl := newHold(context.Background(), &m.handle, l.key, l.spec, l.ttl, true, l.start)
+	w := c.waits.pickCohort(m.channel, m.key, func(w *waiter) *hold {
+		wm := w.cohort // the waiter's handle: m, or another of the name
+		nl := newHold(context.Background(), &wm.handle, l.key, l.spec, l.ttl, true, l.start)
 		nl.token = l.token + 1
 		nl.cohort = cohortState{end: co.end, n: co.n + 1, since: co.since, served: co.served}
 		if !w.local { // it tried in Redis, so it may be queued there
@@ -67,10 +72,10 @@ func (m *Mutex) passLocal(l *hold) (string, bool) {
 		if !c.wd.pass(&l.lease, &nl.lease) {
 			return nil
 		}
-		m.mu.Lock()
-		old := m.hold
-		m.hold = nl
-		m.mu.Unlock()
+		wm.mu.Lock()
+		old := wm.hold
+		wm.hold = nl
+		wm.mu.Unlock()
 		if old != nil {
 			// Cannot happen while l held the lock; as keep does, an older
 			// hold of the handle is over.
@@ -96,11 +101,13 @@ func (m *Mutex) cohortRunning() bool {
 	return m.hold != nil && m.hold.cohort.end > 0
 }
 
-// endCohort returns the waiters of channel on handle m that wait for a
-// local handoff only, and their places, in arrival order: the cohort
-// releases to Redis, whose script queues them there; wakeEnded then wakes
-// them to try, which keeps their places and starts their marks.
-func (r *waitRegistry) endCohort(channel string, m *Mutex) (ws []*waiter, places []string) {
+// endCohort returns the waiters of channel that wait for a local handoff
+// only, and their places, in arrival order: the cohort releases to Redis,
+// whose script queues them there; wakeEnded then wakes them to try, which
+// keeps their places and starts their marks. They may wait on any handle of
+// the name: one that ran the cohort earlier and passed it on leaves its
+// local waiters to the cohort's next holders.
+func (r *waitRegistry) endCohort(channel, key string) (ws []*waiter, places []string) {
 	if r.count.Load() == 0 {
 		return nil, nil
 	}
@@ -108,7 +115,7 @@ func (r *waitRegistry) endCohort(channel string, m *Mutex) (ws []*waiter, places
 	defer r.mu.Unlock()
 	if q := r.queues[channel]; q != nil {
 		for w := q.head; w != nil; w = w.next {
-			if w.cohort == m && w.local && w.grant == nil {
+			if w.cohort != nil && w.cohort.key == key && w.local && w.grant == nil {
 				w.local = false
 				ws, places = append(ws, w), append(places, w.place)
 			}
@@ -161,10 +168,11 @@ func (m *Mutex) abandonCohort(g *hold) {
 	}
 }
 
-// pickCohort gives a hold to the first waiter of channel on handle m that
-// has none pending: give makes the hold (nil: none), and the waiter is woken
-// with wakeCohort. It returns the waiter, or nil.
-func (r *waitRegistry) pickCohort(channel string, m *Mutex, give func(w *waiter) *hold) *waiter {
+// pickCohort gives a hold to the first waiter of channel on a cohorting
+// Mutex handle of key that has none pending: give makes the hold (nil:
+// none), and the waiter is woken with wakeCohort. It returns the waiter, or
+// nil.
+func (r *waitRegistry) pickCohort(channel, key string, give func(w *waiter) *hold) *waiter {
 	if r.count.Load() == 0 {
 		return nil
 	}
@@ -175,7 +183,7 @@ func (r *waitRegistry) pickCohort(channel string, m *Mutex, give func(w *waiter)
 		return nil
 	}
 	for w := q.head; w != nil; w = w.next {
-		if w.cohort != m || w.grant != nil {
+		if w.cohort == nil || w.cohort.key != key || w.grant != nil {
 			continue
 		}
 		g := give(w)

@@ -440,3 +440,102 @@ func TestMutexCohort_OnByDefault_WithoutCohortGoesThroughRedis(t *testing.T) {
 		})
 	}
 }
+
+// A cohort spans the handles of one Client: a waiter on another handle of
+// the name is handed the hold locally, with the next reserved token; a
+// WithoutCohort handle of the name, and a handle on another Client, are
+// served by Redis.
+func TestMutexCohort_AcrossHandlesOfOneClient(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c, other := e.client(e.rdb()), e.client(e.rdb())
+	for _, tc := range []struct {
+		name  string
+		waits func() *dlock.Mutex
+		local bool
+	}{
+		{"another handle", func() *dlock.Mutex { return c.Mutex(n) }, true},
+		{"WithoutCohort handle", func() *dlock.Mutex { return c.Mutex(n, dlock.WithoutCohort()) }, false},
+		{"handle on another Client", func() *dlock.Mutex { return other.Mutex(n) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 3 {
+				h := c.Mutex(n)
+				require.NoError(t, h.Lock(ctx))
+				first := h.Token()
+				w := tc.waits()
+				got := make(chan uint64, 1)
+				go func() {
+					if err := w.Lock(ctx); err != nil {
+						t.Error(err)
+						got <- 0
+						return
+					}
+					got <- w.Token()
+				}()
+				waitQueued(t, e, n, 1)
+				require.NoError(t, h.Unlock(ctx))
+				second := <-got
+				require.Greater(t, second, first)
+				assert.Equal(t, tc.local, second == first+1, "tokens %d then %d", first, second)
+				assert.Zero(t, h.Token(), "the handle that passed the hold on holds nothing")
+				require.NoError(t, w.Unlock(ctx))
+				st, err := c.Status(ctx, n)
+				require.NoError(t, err)
+				require.False(t, st.Held(), "the local holder's Unlock released the lock in Redis")
+			}
+		})
+	}
+}
+
+// The usual way to use a Mutex, a new handle for every Lock, cohorts as a
+// shared handle does: an exact counter, tokens strictly increasing, local
+// handoffs within the default bound, and every goroutine served.
+func TestMutexCohort_HandlePerLock_ExclusionAndTokens(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	const clients, per, rounds = 2, 4, 30
+	ctx := ctxTimeout(t, 60*time.Second)
+	var (
+		counter, inside int64
+		rec             cohortRecord
+		wg              sync.WaitGroup
+		served          [clients * per]int
+	)
+	for ci := range clients {
+		c := e.client(e.rdb())
+		for g := range per {
+			who := ci*per + g
+			wg.Go(func() {
+				for range rounds {
+					m := c.Mutex(n)
+					if err := m.Lock(ctx); err != nil {
+						t.Error(err)
+						return
+					}
+					if atomic.AddInt64(&inside, 1) != 1 {
+						t.Error("two holders at once")
+					}
+					v := counter
+					time.Sleep(200 * time.Microsecond)
+					counter = v + 1
+					rec.add(who, m.Token())
+					served[who]++
+					atomic.AddInt64(&inside, -1)
+					if err := m.Unlock(ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.EqualValues(t, clients*per*rounds, counter)
+	for who, s := range served {
+		assert.Equal(t, rounds, s, "goroutine %d", who)
+	}
+	local := checkTokens(t, rec.tokens, dlock.DefaultCohortHandoffs)
+	t.Logf("%d acquisitions, %d handed on locally", len(rec.tokens), local)
+	assert.Greater(t, local, len(rec.tokens)/3, "holds were handed on locally across handles")
+}

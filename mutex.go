@@ -256,7 +256,7 @@ func (m *Mutex) release(ctx context.Context, l *hold) error {
 		// of other Clients, in their order, in the release's own script
 		// (and so ahead of the caller should it lock again); then they are
 		// woken to take their places (cohort.go).
-		local, enqueue = m.c.waits.endCohort(m.channel, m)
+		local, enqueue = m.c.waits.endCohort(m.channel, m.key)
 	}
 	m.beginRelease(l)
 	sent := time.Now()
