@@ -98,7 +98,10 @@ func runHandoff(addr string, n, rounds int) *handoffResult {
 	var shared *dlock.Mutex
 	pairs := []handoffPair{
 		{"Mutex, waiter on another Client", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cB.Mutex(k) }},
-		{"Mutex, waiter on the same Client", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cA.Mutex(k) }},
+		{"Mutex, waiter on the same Client (another handle: local handoff)", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cA.Mutex(k) }},
+		{"Mutex WithoutCohort, waiter on the same Client (through Redis, no message)",
+			func(k string) handle { return cA.Mutex(k, dlock.WithoutCohort()) },
+			func(k string) handle { return cA.Mutex(k, dlock.WithoutCohort()) }},
 		{"Mutex, waiter on the same handle (local cohort handoff)",
 			func(k string) handle { shared = cA.Mutex(k); return shared },
 			func(k string) handle { return shared }},
@@ -115,15 +118,19 @@ func runHandoff(addr string, n, rounds int) *handoffResult {
 	}
 	pingAfterIdle(rdbA, 5)
 	for r := range rounds {
-		for _, i := range rotate([]int{0, 1, 2, 3}, r) {
-			if i == 3 {
+		order := make([]int, len(pairs)+1) // the last: the floor
+		for i := range order {
+			order[i] = i
+		}
+		for _, i := range rotate(order, r) {
+			if i == len(pairs) {
 				res.floor = append(res.floor, pingAfterIdle(rdbA, per)...)
 				continue
 			}
 			p, row := pairs[i], res.rows[i]
 			key := fmt.Sprintf("handoff:%d:%d", i, r)
 			sc := scriptClock{}
-			if i < 2 { // the local handoff runs no script
+			if i < len(pairs)-1 { // the same handle's local handoff runs no script
 				sc = scriptClock{adm, func() bool {
 					st, err := cA.Status(bg, key)
 					return err == nil && st.Waiting > 0
@@ -188,7 +195,7 @@ func handoffTable(res *handoffResult) string {
 	p("One holder, one blocked waiter; the holder sleeps 3-5ms, then unlocks. Latency is from the holder's Unlock call to the waiter's Lock returning. ")
 	p("The floor is a PING sent after the same idle pause, on the holder's client, interleaved with the handoffs round by round (a PING back to back takes %s).\n\n", fmtDur(pct(res.back, .5)))
 	p("The server column is redis-server's own time in the Unlock's script (INFO commandstats, p50), which no client work can shorten; a PING's is about 1 µs. ")
-	p("A local handoff runs no script.\n\n")
+	p("A local handoff to a waiter on the same handle runs no script; to a waiter on another handle, the Unlock's script takes the waiter's place out of the queue in Redis after the waiter holds (so it is not on the handoff's path).\n\n")
 	p("| handoff | p50 | p99 | p50 / floor p50 | from Unlock returning, p50 | server, p50 | n | errors |\n|---|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, r := range res.rows {
 		p("| %s | %s | %s | %.2f | %s | %s | %d | %s |\n", r.name, fmtDur(pct(r.fromCall, .5)), fmtDur(pct(r.fromCall, .99)),
