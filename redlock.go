@@ -58,7 +58,9 @@ import (
 // # Fencing tokens
 //
 // Each master keeps, per lock name, F: the highest token it has seen, in a
-// key with no expiry. A try proposes a token P (the caller's clock in
+// key that expires a minute (redlockFenceMemory) after the lease of the
+// grant that last raised it, so that no counter is kept for good. A try
+// proposes a token P (the caller's clock in
 // microseconds, or one more than the last token this Redlock saw if that is
 // greater); each master that grants it issues max(F+1, P) and raises F to
 // it. The hold's token T is the maximum over the masters that granted it;
@@ -74,7 +76,15 @@ import (
 // was granted, m's F was at least T(A), and m issued B at least T(A)+1;
 // T(B), a maximum that includes m's, is greater than T(A).
 //
-// The assumption: m kept its data between the two. A master that loses it
+// Unless m's F expired meanwhile: then B was granted more than a lease and
+// a minute after A's grant. Every proposal is a clock reading (or a token
+// seen, itself from one), and a token exceeds the proposals behind it only
+// by one per grant, so if the callers' clocks agree within 30 seconds,
+// T(A) is at most 30 seconds ahead of the time of A's grant, and B's
+// proposal, at least a minute later, is at most 30 seconds behind: T(B) >
+// T(A) all the same. That is the assumption of the expiry.
+//
+// The other assumption: m kept its data between the two. A master that loses it
 // (a restart without persistence, a FLUSHALL) forgets F. To keep the
 // argument, such a master must stay out, after restarting, for at least one
 // maximum lease (the Redlock "delayed restart"), and the masters' and
@@ -289,11 +299,23 @@ func redlockKeys(key string) []string {
 }
 
 // The keys a Redlock Mutex adds to the main key: its fencing counter, which
-// has no expiry, and the channel its releases go to.
+// expires a lease and redlockFenceMemory after its last raise, and the
+// channel its releases go to.
 const (
 	redlockFenceSuffix   = ":rlf"
 	redlockChannelSuffix = ":rlch"
 )
+
+// redlockFenceMemory is how long a master's fencing counter outlives the
+// lease of the grant that last raised it (see Fencing tokens on Redlock):
+// as long as a released lock keeps its last token on a single master.
+const redlockFenceMemory = time.Minute
+
+// fenceTTL is the expiry of a fencing counter raised by a grant of lease
+// ttl, in ms as the script takes it.
+func fenceTTL(ttl time.Duration) string {
+	return strconv.FormatInt((ttl+redlockFenceMemory).Milliseconds(), 10)
+}
 
 // Close stops the watchdog and the pub/sub connections, and waits for their
 // goroutines to exit, as Client.Close does: blocked calls return ErrClosed,

@@ -358,3 +358,32 @@ func TestRedlock_Exclusion_MastersKilledAndRestarted(t *testing.T) {
 	require.Greater(t, done.Load(), int64(50))
 	require.Greater(t, kills.Load(), int64(3))
 }
+
+// A master's fencing counter expires a minute after the lease of the grant
+// that raised it, so that no key is kept for good; once the counters and
+// the lock's keys are gone everywhere (as after that minute), the next
+// token follows the caller's clock and is still greater.
+func TestRedlock_Tokens_CounterExpiresAfterLeaseAndAMinute(t *testing.T) {
+	srvs := masters(t, 3)
+	const lease = 900 * time.Millisecond
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	m := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease)).Mutex(n)
+	require.NoError(t, m.Lock(ctx))
+	tok := m.Token()
+	require.NoError(t, m.Unlock(ctx))
+	for i, s := range srvs {
+		require.Equal(t, tok, fenceOn(t, s, n), "master %d", i)
+		v, err := s.Do(ctx, "pttl", key(n)+":rlf")
+		require.NoError(t, err)
+		ms := v.(int64)
+		require.Greater(t, ms, (time.Minute - 5*time.Second).Milliseconds(), "master %d", i)
+		require.LessOrEqual(t, ms, (lease + time.Minute).Milliseconds(), "master %d", i)
+		_, err = s.Do(ctx, "del", key(n), key(n)+":rlf")
+		require.NoError(t, err)
+	}
+	m = redlockOn(t, addrsOf(srvs)).Mutex(n)
+	require.NoError(t, m.Lock(ctx))
+	require.Greater(t, m.Token(), tok)
+	require.NoError(t, m.Unlock(ctx))
+}

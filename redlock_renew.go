@@ -131,7 +131,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease) {
 	}
 	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.ttl))
 	defer cancel()
-	res, err := scripts.Redlock.Run(nctx, r.nodes[node].rdb, redlockKeys(l.key), "r", h.kind, l.spec.id, millis(l.ttl), strconv.FormatUint(h.token, 10)).Slice()
+	res, err := scripts.Redlock.Run(nctx, r.nodes[node].rdb, redlockKeys(l.key), "r", h.kind, l.spec.id, millis(l.ttl), strconv.FormatUint(h.token, 10), fenceTTL(l.ttl)).Slice()
 	if err == nil {
 		if n, _, perr := pair(res); perr != nil || n < 1 {
 			return // refused: the key is someone else's

@@ -1,8 +1,11 @@
 -- redlock: one master's part of a Redlock Mutex (see redlock.go). The lock
 -- keeps, on each master, the main key K of an exclusive lock (the hash of
 -- excl_common.lua, without its queue: a Redlock queues nobody in Redis) and
--- F, the highest fencing token the master has seen for the name, which has
--- no expiry, so that it outlives K. Releases publish on CH.
+-- F, the highest fencing token the master has seen for the name. Each write
+-- of F sets its expiry to ARGV[6] ms (the lease and the fence memory, from
+-- the caller), so that F outlives a K that expires with its holder's lease
+-- by the fence memory, and no counter is kept for good (see redlock.go).
+-- Releases publish on CH.
 --
 -- KEYS[1..3]  K, F, CH
 -- ARGV[1]     the mode:
@@ -19,7 +22,8 @@
 -- ARGV[3]     the holder's ID
 -- ARGV[4]     the lease in ms ('t', 'r')
 -- ARGV[5]     the token (decimal) ('t': the least acceptable; 'r', 'w')
--- ARGV[6]     the releaser's ID, sent in the message ('u', 'f')
+-- ARGV[6]     the releaser's ID, sent in the message ('u', 'f'); F's
+--             expiry in ms ('t', 'r', 'w')
 --
 -- Returns: 't', 'r': {1, token} when the caller holds K now, else
 -- {-(ms the holder's lease has left, at least 1; 0: no expiry), holder};
@@ -45,9 +49,7 @@ if mode == 't' then
     local s = string.format('%.0f', f)
     redis.call('HSET', K, 'k', kind, 'o', id, 'n', 1, 'f', s)
     redis.call('PEXPIRE', K, ARGV[4])
-    if f > stored then
-      redis.call('SET', F, s)
-    end
+    redis.call('SET', F, s, 'PX', ARGV[6]) -- f > stored
     return {1, s}
   end
 elseif mode == 'u' then
@@ -66,10 +68,10 @@ if bad then
 end
 local holder, fence = v[2], v[3]
 
--- F := max(F, t)
+-- F := max(F, t); a raised F expires ARGV[6] ms from now.
 local function raise(t)
   if t > tonumber(redis.call('GET', F) or '0') then
-    redis.call('SET', F, string.format('%.0f', t))
+    redis.call('SET', F, string.format('%.0f', t), 'PX', ARGV[6])
   end
 end
 
