@@ -49,14 +49,25 @@ type rlMutex struct {
 
 // abandon stops the try that made hold id from adding masters to it: a
 // master that grants it from now on gives the grant back. Unlock and
-// ForceUnlock call it before their scripts go out.
-func (rm *rlMutex) abandon(id string) {
+// ForceUnlock call it before their scripts go out. It returns, by master,
+// whether the try's request there is still unanswered (nil: none is): the
+// late answer's handling releases such a master (see rlTry.run), so the
+// caller need not.
+func (rm *rlMutex) abandon(id string) (pending []bool) {
 	v, ok := rm.live.LoadAndDelete(id)
 	if !ok {
-		return
+		return nil
 	}
 	t := v.(*rlTry)
 	t.mu.Lock()
+	defer t.mu.Unlock()
 	t.keep = false
-	t.mu.Unlock()
+	pending = make([]bool, len(rm.r.nodes))
+	for i := range pending {
+		pending[i] = true
+	}
+	for _, rep := range t.replies {
+		pending[rep.node] = false
+	}
+	return pending
 }

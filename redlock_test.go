@@ -3,7 +3,9 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -341,4 +343,52 @@ func TestRedlock_Close(t *testing.T) {
 	defer cancel()
 	within(t, hctx.Done(), time.Second, "hold context ended")
 	require.ErrorIs(t, context.Cause(hctx), dlock.ErrClosed)
+}
+
+// A key of another program, or another primitive's, at the lock's key on
+// every master: Lock and TryLock fail at once with ErrInvalid naming it,
+// and write nothing on any master.
+func TestRedlock_ForeignKey_RefusedAtOnceNothingWritten(t *testing.T) {
+	srvs := masters(t, 3)
+	r := redlockOn(t, addrsOf(srvs))
+	for _, tc := range []struct {
+		what, found string
+		put         []any
+	}{
+		{"string", "string", []any{"set", "", "v"}},
+		{"another primitive's hash", "reentrant", []any{"hset", "", "k", "reentrant", "o", "x.1", "n", "1"}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			n := name(t)
+			ctx := ctxTimeout(t, 10*time.Second)
+			for _, s := range srvs {
+				args := slices.Clone(tc.put)
+				args[1] = key(n)
+				_, err := s.Do(ctx, args...)
+				require.NoError(t, err)
+			}
+			m := r.Mutex(n)
+			for _, op := range []func(context.Context) error{
+				m.Lock,
+				func(ctx context.Context) error { _, err := m.TryLock(ctx); return err },
+			} {
+				octx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				start := time.Now()
+				err := op(octx)
+				cancel()
+				require.ErrorIs(t, err, dlock.ErrInvalid)
+				require.Less(t, time.Since(start), 500*time.Millisecond, "not at once")
+				require.Contains(t, err.Error(), fmt.Sprintf("%q", key(n)))
+				require.Contains(t, err.Error(), tc.found)
+			}
+			for i, s := range srvs {
+				v, err := s.Do(ctx, "exists", key(n)+":rlf")
+				require.NoError(t, err)
+				require.EqualValues(t, 0, v, "master %d: a fencing counter was written", i)
+				typ, err := s.Do(ctx, "type", key(n))
+				require.NoError(t, err)
+				require.Equal(t, map[string]string{"string": "string", "reentrant": "hash"}[tc.found], typ, "master %d", i)
+			}
+		})
+	}
 }
