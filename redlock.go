@@ -314,7 +314,7 @@ const redlockFenceMemory = time.Minute
 // fenceTTL is the expiry of a fencing counter raised by a grant of lease
 // ttl, in ms as the script takes it.
 func fenceTTL(ttl time.Duration) string {
-	return strconv.FormatInt((ttl+redlockFenceMemory).Milliseconds(), 10)
+	return strconv.FormatInt((ttl + redlockFenceMemory).Milliseconds(), 10)
 }
 
 // Close stops the watchdog and the pub/sub connections, and waits for their
