@@ -93,7 +93,9 @@ func TestMutexQueue_ServesWaitersInArrivalOrderAcrossClients(t *testing.T) {
 	n := name(t)
 	ctx := ctxTimeout(t, 30*time.Second)
 	a, b, c := e.client(e.rdb()), e.client(e.rdb()), e.client(e.rdb())
-	holder := a.Mutex(n)
+	// Without cohorting: a hold of b's would otherwise go first to b's
+	// other waiter, within the cohort's bound (see the cohort tests).
+	holder := a.Mutex(n, dlock.WithoutCohort())
 	require.NoError(t, holder.Lock(ctx))
 
 	var mu sync.Mutex
@@ -103,7 +105,7 @@ func TestMutexQueue_ServesWaitersInArrivalOrderAcrossClients(t *testing.T) {
 	// arrival order is known.
 	for i, cl := range []*dlock.Client{b, c, a, c, b} {
 		label := string(rune('1' + i))
-		m := cl.Mutex(n)
+		m := cl.Mutex(n, dlock.WithoutCohort())
 		dones = append(dones, lockInBackground(t, ctx, m, func() {
 			mu.Lock()
 			order = append(order, label)
