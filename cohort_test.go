@@ -189,48 +189,61 @@ func TestMutexCohort_OtherClientServedWithinBound(t *testing.T) {
 	assert.Greater(t, local, len(rec.tokens)/3, "cohorting handed the lock on locally")
 }
 
-// A local holder has its own Lost channel and hold context: deleting the key
+// A local holder has its own Lost channel and hold context, whether it
+// waited on the same handle or on another of its Client: deleting the key
 // under a cohort reports the current local holder lost, and not the one
 // before it, which had released.
 func TestMutexCohort_LostAndHoldContextPerHold(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 10*time.Second)
-	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond))
-	m := c.Mutex(n, dlock.WithCohort(0, time.Minute))
-	require.NoError(t, m.Lock(ctx))
-	first := m.Token()
-	lost1 := m.Lost()
-	hctx1, cancel1 := m.HoldContext(context.Background())
-	defer cancel1()
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same handle", true: "another handle"}[other], func(t *testing.T) {
+			e := sharedEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 10*time.Second)
+			c := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond))
+			m := c.Mutex(n, dlock.WithCohort(0, time.Minute))
+			w := m // the waiter's handle
+			if other {
+				w = c.Mutex(n, dlock.WithCohort(0, time.Minute))
+			}
+			require.NoError(t, m.Lock(ctx))
+			first := m.Token()
+			lost1 := m.Lost()
+			hctx1, cancel1 := m.HoldContext(context.Background())
+			defer cancel1()
 
-	got := make(chan error, 1)
-	go func() { got <- m.Lock(ctx) }()
-	waitQueued(t, e, n, 1)
-	require.NoError(t, m.Unlock(ctx))
-	require.NoError(t, <-got)
-	assert.Equal(t, first+1, m.Token(), "a local handoff takes the next token")
-	within(t, hctx1.Done(), time.Second, "the first hold's context, ended by its Unlock")
-	assert.NotErrorIs(t, context.Cause(hctx1), dlock.ErrLost)
-	lost2 := m.Lost()
-	hctx2, cancel2 := m.HoldContext(context.Background())
-	defer cancel2()
-	select {
-	case <-lost2:
-		t.Fatal("the new local hold is lost at once")
-	default:
-	}
+			got := make(chan error, 1)
+			go func() { got <- w.Lock(ctx) }()
+			waitQueued(t, e, n, 1)
+			require.NoError(t, m.Unlock(ctx))
+			require.NoError(t, <-got)
+			assert.Equal(t, first+1, w.Token(), "a local handoff takes the next token")
+			within(t, hctx1.Done(), time.Second, "the first hold's context, ended by its Unlock")
+			assert.NotErrorIs(t, context.Cause(hctx1), dlock.ErrLost)
+			if other {
+				assert.Zero(t, m.Token(), "the first handle holds nothing")
+				assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrNotHeld)
+			}
+			lost2 := w.Lost()
+			hctx2, cancel2 := w.HoldContext(context.Background())
+			defer cancel2()
+			select {
+			case <-lost2:
+				t.Fatal("the new local hold is lost at once")
+			default:
+			}
 
-	require.NoError(t, e.rdb().Del(ctx, key(n)).Err())
-	within(t, lost2, 2*time.Second, "Lost of the local holder after its key was deleted")
-	within(t, hctx2.Done(), time.Second, "the local holder's hold context")
-	assert.ErrorIs(t, context.Cause(hctx2), dlock.ErrLost)
-	select {
-	case <-lost1:
-		t.Fatal("the released hold was reported lost")
-	default:
+			require.NoError(t, e.rdb().Del(ctx, key(n)).Err())
+			within(t, lost2, 2*time.Second, "Lost of the local holder after its key was deleted")
+			within(t, hctx2.Done(), time.Second, "the local holder's hold context")
+			assert.ErrorIs(t, context.Cause(hctx2), dlock.ErrLost)
+			select {
+			case <-lost1:
+				t.Fatal("the released hold was reported lost")
+			default:
+			}
+			assert.ErrorIs(t, w.Unlock(ctx), dlock.ErrLost)
+		})
 	}
-	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost)
 }
 
 // waitQueued waits until n's queue in Redis has want live waiters.
@@ -250,39 +263,47 @@ func waitQueued(t *testing.T, e *env, n string, want int64) {
 
 // A local handoff inherits the lease deadline of the Redis grant: with
 // renewals stalled (writes paused) from just after the grant, the local
-// holder is reported lost when the grant's lease ends, not a lease after the
-// handoff.
+// holder, on the same handle or another of the Client, is reported lost when
+// the grant's lease ends, not a lease after the handoff.
 func TestMutexCohort_LocalHoldEndsWithTheRedisLease(t *testing.T) {
-	e := realEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	const timeout = 3 * time.Second // renewals every second
-	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
-	m := c.Mutex(n, dlock.WithCohort(0, time.Minute))
-	granted := time.Now()
-	require.NoError(t, m.Lock(ctx))
-	got := make(chan error, 1)
-	go func() { got <- m.Lock(ctx) }()
-	waitQueued(t, e, n, 1)
-	first := m.Token()
-	time.Sleep(100 * time.Millisecond) // the waiter's tries are in
-	// From now on renewals hang: the first one is due a second after the
-	// grant.
-	require.NoError(t, e.rdb().Do(ctx, "CLIENT", "PAUSE", (2*timeout).Milliseconds(), "WRITE").Err())
-	defer e.rdb().Do(context.Background(), "CLIENT", "UNPAUSE")
-	time.Sleep(700 * time.Millisecond)
-	// The handoff is local; Unlock then takes the waiter's place out of the
-	// queue, a write that waits for the pause to end.
-	go func() { _ = m.Unlock(ctx) }()
-	for m.Token() != first+1 {
-		require.Less(t, time.Since(granted), timeout, "no local handoff")
-		time.Sleep(time.Millisecond)
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same handle", true: "another handle"}[other], func(t *testing.T) {
+			e := realEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			const timeout = 3 * time.Second // renewals every second
+			c := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+			m := c.Mutex(n, dlock.WithCohort(0, time.Minute))
+			w := m
+			if other {
+				w = c.Mutex(n, dlock.WithCohort(0, time.Minute))
+			}
+			granted := time.Now()
+			require.NoError(t, m.Lock(ctx))
+			got := make(chan error, 1)
+			go func() { got <- w.Lock(ctx) }()
+			waitQueued(t, e, n, 1)
+			first := m.Token()
+			time.Sleep(100 * time.Millisecond) // the waiter's tries are in
+			// From now on renewals hang: the first one is due a second
+			// after the grant.
+			require.NoError(t, e.rdb().Do(ctx, "CLIENT", "PAUSE", (2*timeout).Milliseconds(), "WRITE").Err())
+			defer e.rdb().Do(context.Background(), "CLIENT", "UNPAUSE")
+			time.Sleep(700 * time.Millisecond)
+			// The handoff is local; Unlock then takes the waiter's place out
+			// of the queue, a write that waits for the pause to end.
+			go func() { _ = m.Unlock(ctx) }()
+			for w.Token() != first+1 {
+				require.Less(t, time.Since(granted), timeout, "no local handoff")
+				time.Sleep(time.Millisecond)
+			}
+			handed := time.Since(granted)
+			within(t, w.Lost(), 2*timeout, "Lost of the local holder")
+			t.Logf("handed over %v after the grant, lost %v after it", handed, time.Since(granted))
+			assert.Less(t, time.Since(granted), timeout+200*time.Millisecond, "the local hold outlived the lease it inherited")
+			<-got
+		})
 	}
-	handed := time.Since(granted)
-	within(t, m.Lost(), 2*timeout, "Lost of the local holder")
-	t.Logf("handed over %v after the grant, lost %v after it", handed, time.Since(granted))
-	assert.Less(t, time.Since(granted), timeout+200*time.Millisecond, "the local hold outlived the lease it inherited")
-	<-got
 }
 
 // A local waiter whose ctx ends as the lock is handed to it leaves nothing
