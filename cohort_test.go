@@ -59,6 +59,43 @@ func checkTokens(t *testing.T, tokens []uint64, maxHandoffs int) int {
 	return local
 }
 
+// lockRounds runs rounds of Lock, a lost-update-prone increment under the
+// lock, and Unlock in each worker, the handle each Lock uses coming from
+// handles[worker](). It checks that nobody else held meanwhile, and returns
+// the record of holders and tokens in acquisition order, the counter, and
+// how many holds each worker got.
+func lockRounds(t *testing.T, ctx context.Context, handles []func() *dlock.Mutex, rounds int) (rec *cohortRecord, counter int64, served []int) {
+	t.Helper()
+	rec, served = &cohortRecord{}, make([]int, len(handles))
+	var inside int64
+	var wg sync.WaitGroup
+	for who, handle := range handles {
+		wg.Go(func() {
+			for range rounds {
+				m := handle()
+				if err := m.Lock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				if atomic.AddInt64(&inside, 1) != 1 {
+					t.Error("two holders at once")
+				}
+				v := counter // a lost update shows if exclusion fails
+				time.Sleep(200 * time.Microsecond)
+				counter = v + 1
+				rec.add(who, m.Token())
+				served[who]++
+				atomic.AddInt64(&inside, -1)
+				if err := m.Unlock(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return rec, counter, served
+}
+
 // Four Clients, four goroutines on one handle WithCohort each: an exact
 // counter, tokens strictly increasing across local and Redis handoffs, local
 // handoffs within the bound, and every goroutine served. The last token is
@@ -75,39 +112,14 @@ func TestMutexCohort_ExclusionTokensAndBound(t *testing.T) {
 	require.NoError(t, e.rdb().HSet(context.Background(), key(n), "k", "mutex", "f", "8000000000000000").Err())
 	const clients, per, rounds, maxHandoffs = 4, 4, 40, 3
 	ctx := ctxTimeout(t, 60*time.Second)
-	var (
-		counter, inside int64
-		rec             cohortRecord
-		wg              sync.WaitGroup
-		served          [clients * per]int
-	)
-	for ci := range clients {
+	var handles []func() *dlock.Mutex
+	for range clients {
 		m := e.client(e.rdb()).Mutex(n, dlock.WithCohort(maxHandoffs, time.Second))
-		for g := range per {
-			who := ci*per + g
-			wg.Go(func() {
-				for range rounds {
-					if err := m.Lock(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-					if atomic.AddInt64(&inside, 1) != 1 {
-						t.Error("two holders at once")
-					}
-					v := counter // a lost update shows if exclusion fails
-					time.Sleep(200 * time.Microsecond)
-					counter = v + 1
-					rec.add(who, m.Token())
-					served[who]++
-					atomic.AddInt64(&inside, -1)
-					if err := m.Unlock(ctx); err != nil {
-						t.Error(err)
-					}
-				}
-			})
+		for range per {
+			handles = append(handles, func() *dlock.Mutex { return m })
 		}
 	}
-	wg.Wait()
+	rec, counter, served := lockRounds(t, ctx, handles, rounds)
 	assert.EqualValues(t, clients*per*rounds, counter)
 	for i := 1; i < len(rec.tokens); i++ {
 		require.Greater(t, rec.tokens[i], rec.tokens[i-1], "token %d not above the one before", i)
@@ -518,40 +530,14 @@ func TestMutexCohort_HandlePerLock_ExclusionAndTokens(t *testing.T) {
 	n := name(t)
 	const clients, per, rounds = 2, 4, 30
 	ctx := ctxTimeout(t, 60*time.Second)
-	var (
-		counter, inside int64
-		rec             cohortRecord
-		wg              sync.WaitGroup
-		served          [clients * per]int
-	)
-	for ci := range clients {
+	var handles []func() *dlock.Mutex
+	for range clients {
 		c := e.client(e.rdb())
-		for g := range per {
-			who := ci*per + g
-			wg.Go(func() {
-				for range rounds {
-					m := c.Mutex(n)
-					if err := m.Lock(ctx); err != nil {
-						t.Error(err)
-						return
-					}
-					if atomic.AddInt64(&inside, 1) != 1 {
-						t.Error("two holders at once")
-					}
-					v := counter
-					time.Sleep(200 * time.Microsecond)
-					counter = v + 1
-					rec.add(who, m.Token())
-					served[who]++
-					atomic.AddInt64(&inside, -1)
-					if err := m.Unlock(ctx); err != nil {
-						t.Error(err)
-					}
-				}
-			})
+		for range per {
+			handles = append(handles, func() *dlock.Mutex { return c.Mutex(n) })
 		}
 	}
-	wg.Wait()
+	rec, counter, served := lockRounds(t, ctx, handles, rounds)
 	assert.EqualValues(t, clients*per*rounds, counter)
 	for who, s := range served {
 		assert.Equal(t, rounds, s, "goroutine %d", who)

@@ -118,6 +118,31 @@ func TestRedlock_Gate_WaiterRefusedAtGateAsksNoOtherMaster(t *testing.T) {
 	require.NoError(t, mb.Unlock(ctx))
 }
 
+// contendedHandoffs runs rounds in which ma holds, mb waits, is marked as
+// contending (so that its next try goes to the gate first), and ma unlocks;
+// mb must hold within within of the release.
+func contendedHandoffs(t *testing.T, ctx context.Context, ma, mb *dlock.Mutex, rounds int, within time.Duration) {
+	t.Helper()
+	for round := range rounds {
+		require.NoError(t, ma.Lock(ctx))
+		got := make(chan time.Time, 1)
+		go func() {
+			if mb.Lock(ctx) == nil {
+				got <- time.Now()
+			}
+			close(got)
+		}()
+		time.Sleep(150 * time.Millisecond) // b is refused and waits subscribed
+		dlock.RedlockContend(mb)
+		released := time.Now()
+		require.NoError(t, ma.Unlock(ctx))
+		at, ok := <-got
+		require.True(t, ok, "round %d: b got the lock", round)
+		assert.Less(t, at.Sub(released), within, "round %d: b served soon after the release", round)
+		require.NoError(t, mb.Unlock(ctx))
+	}
+}
+
 // With the gate master down, woken waiters still hold: a gate that failed
 // its last request is skipped, and the try asks every master.
 func TestRedlock_Gate_GateDown_WaitersStillServed(t *testing.T) {
@@ -128,25 +153,9 @@ func TestRedlock_Gate_GateDown_WaitersStillServed(t *testing.T) {
 	ma, mb := a.Mutex(n), b.Mutex(n)
 	gate, _ := dlock.RedlockGate(mb)
 	srvs[gate].Stop()
-	ctx := ctxTimeout(t, 20*time.Second)
-	for round := range 3 {
-		require.NoError(t, ma.Lock(ctx))
-		got := make(chan time.Time, 1)
-		go func() {
-			if mb.Lock(ctx) == nil {
-				got <- time.Now()
-			}
-			close(got)
-		}()
-		time.Sleep(150 * time.Millisecond) // b waits
-		dlock.RedlockContend(mb)           // and contends: its next try would go to the gate
-		released := time.Now()
-		require.NoError(t, ma.Unlock(ctx))
-		at, ok := <-got
-		require.True(t, ok, "round %d: b got the lock", round)
-		assert.Less(t, at.Sub(released), time.Second, "round %d: woken by the release and served without the gate", round)
-		require.NoError(t, mb.Unlock(ctx))
-	}
+	// b's tries would go to the gate first; woken by the release, b is
+	// served without it.
+	contendedHandoffs(t, ctxTimeout(t, 20*time.Second), ma, mb, 3, time.Second)
 }
 
 // A release reaches the masters at different times. The waiter it wakes
@@ -170,25 +179,7 @@ func TestRedlock_Gate_LaggingGate_WaiterServedSoon(t *testing.T) {
 	holderAddrs[gate] = p.Addr
 	a := redlockOn(t, holderAddrs)
 	ma := a.Mutex(n)
-	ctx := ctxTimeout(t, 60*time.Second)
-	for round := range 5 {
-		require.NoError(t, ma.Lock(ctx))
-		got := make(chan time.Time, 1)
-		go func() {
-			if mb.Lock(ctx) == nil {
-				got <- time.Now()
-			}
-			close(got)
-		}()
-		time.Sleep(150 * time.Millisecond) // b is refused and waits subscribed
-		dlock.RedlockContend(mb)           // and contends: its next try goes to the gate
-		released := time.Now()
-		require.NoError(t, ma.Unlock(ctx))
-		at, ok := <-got
-		require.True(t, ok, "round %d: b got the lock", round)
-		assert.Less(t, at.Sub(released), 2*time.Second, "round %d: b served soon after the release", round)
-		require.NoError(t, mb.Unlock(ctx))
-	}
+	contendedHandoffs(t, ctxTimeout(t, 60*time.Second), ma, mb, 5, 2*time.Second)
 }
 
 // Whether a handle contends follows what its tries meet: a lone waiter,
