@@ -176,12 +176,19 @@ func (t *rlTry) decide(keep bool, held *hold) <-chan struct{} {
 		t.rm.live.Store(t.id, t)
 	}
 	t.mu.Unlock()
+	r := t.rm.r
+	// A kept hold that an Unlock (or a loss) ended before this decision:
+	// the Unlock found no live try to abandon, and a master whose release
+	// overtook its try's request has granted it since. The replies in so
+	// far are given back as for a try not kept; later ones are late (run).
+	if keep && held != nil && !r.keeping(&held.lease) {
+		keep = false
+	}
 	done := make(chan struct{})
 	if keep {
 		close(done)
 		return done
 	}
-	r := t.rm.r
 	var wg sync.WaitGroup
 	for _, rep := range reps {
 		if rep.granted || rep.err != nil {

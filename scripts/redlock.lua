@@ -2,10 +2,11 @@
 -- keeps, on each master, the main key K of an exclusive lock (the hash of
 -- excl_common.lua, without its queue: a Redlock queues nobody in Redis) and
 -- F, the highest fencing token the master has seen for the name. Each write
--- of F sets its expiry to ARGV[6] ms (the lease and the fence memory, from
--- the caller), so that F outlives a K that expires with its holder's lease
--- by the fence memory, and no counter is kept for good (see redlock.go).
--- Releases publish on CH.
+-- of F sets its expiry to ARGV[6] ms (the grant's lease and the fence
+-- memory, from the caller), so that no counter is kept for good: F outlives
+-- the grant's first lease by the fence memory, renewals do not extend it,
+-- and once K and F are both gone the next token follows the callers'
+-- clocks (see redlock.go). Releases publish on CH.
 --
 -- KEYS[1..3]  K, F, CH
 -- ARGV[1]     the mode:
