@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"context"
 	"hash/fnv"
 	"net"
 	"strconv"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/coalesce"
 	"github.com/dlock-go/dlock/internal/pubsub"
+	"github.com/dlock-go/dlock/scripts"
 )
 
 // Redlock is a Mutex over N independent Redis masters (N odd, at least 3),
@@ -121,6 +124,7 @@ type Redlock struct {
 // rlNode is one master of a Redlock.
 type rlNode struct {
 	rdb   redis.UniversalClient
+	co    *coalesce.Coalescer // shares round trips between concurrent calls; nil on a cluster client
 	hub   *pubsub.Hub
 	index int
 	name  string // its address, normalized, or its index when unknown
@@ -175,6 +179,9 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 	c.wd = newWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, cfg.logger)
 	for i, rdb := range masters {
 		n := &rlNode{rdb: rdb, index: i, name: masterName(rdb, i)}
+		if _, cluster := rdb.(*redis.ClusterClient); !cluster {
+			n.co = coalesce.New(rdb, pipelinesInFlight) // see Client.co
+		}
 		n.hub = pubsub.New(rdb, rlHubHandler{r}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
 		r.nodes = append(r.nodes, n)
 	}
@@ -290,6 +297,17 @@ func (r *Redlock) Mutex(name string, opts ...LockOption) *Mutex {
 	m := r.c.newMutex(kindMutexName, name, opts)
 	m.rl = &rlMutex{r: r, m: m, keys: redlockKeys(m.key), gate: gateOf(r.nodes, m.key)}
 	return m
+}
+
+// run runs scripts/redlock.lua on the master. Concurrent calls to it share
+// pipelines (internal/coalesce): a pipeline has the latest deadline of its
+// calls, all of which have the node timeout, so a call lasts about as long
+// as it would alone.
+func (n *rlNode) run(ctx context.Context, keys []string, args ...any) *redis.Cmd {
+	if n.co == nil {
+		return scripts.Redlock.Run(ctx, n.rdb, keys, args...)
+	}
+	return n.co.Run(ctx, scripts.Redlock, keys, args...)
 }
 
 // redlockKeys returns the keys of a Redlock Mutex whose main key is key: K,

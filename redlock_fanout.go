@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/dlock-go/dlock/scripts"
 )
 
 // release frees the key on one master if id holds it there.
@@ -19,7 +17,7 @@ func (rm *rlMutex) release(node *rlNode, id string) (bool, error) {
 }
 
 func (rm *rlMutex) releaseCtx(ctx context.Context, node *rlNode, id string) (bool, error) {
-	n, err := scripts.Redlock.Run(ctx, node.rdb, rm.keys, "u", rm.m.kind, id, 0, "0", rm.r.c.id).Int64()
+	n, err := node.run(ctx, rm.keys, "u", rm.m.kind, id, 0, "0", rm.r.c.id).Int64()
 	return n == 1, err
 }
 

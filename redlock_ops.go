@@ -112,7 +112,7 @@ func (rm *rlMutex) state(ctx context.Context, op string) (string, time.Duration,
 		err error
 	}
 	res, answered := fanOut(r, detach(ctx), rm.nodeTimeout(), func(cctx context.Context, n *rlNode) got {
-		v, err := scripts.Redlock.Run(cctx, n.rdb, rm.keys, "s", m.kind, "", 0, "0", "").Slice()
+		v, err := n.run(cctx, rm.keys, "s", m.kind, "", 0, "0", "").Slice()
 		if err != nil {
 			return got{err: err}
 		}
@@ -177,7 +177,7 @@ func (rm *rlMutex) forceUnlock(ctx context.Context, spanName string) (released b
 	}
 	m.mu.Unlock()
 	ones, fails, lastErr := rm.onEvery(func(cctx context.Context, n *rlNode) (bool, error) {
-		v, err := scripts.Redlock.Run(cctx, n.rdb, rm.keys, "f", m.kind, "", 0, "0", r.c.id).Int64()
+		v, err := n.run(cctx, rm.keys, "f", m.kind, "", 0, "0", r.c.id).Int64()
 		return v == 1, err
 	})
 	if ones > 0 {

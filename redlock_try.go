@@ -12,8 +12,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/dlock-go/dlock/scripts"
 )
 
 // rlReply is one master's answer to a try.
@@ -65,7 +63,7 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 	send := func(node *rlNode) {
 		r.goCall(func() {
 			cctx, cancel := context.WithTimeout(ctx, t.nodeTO)
-			res, err := scripts.Redlock.Run(cctx, node.rdb, t.rm.keys, "t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10), fenceTTL(t.ttl)).Slice()
+			res, err := node.run(cctx, t.rm.keys, "t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10), fenceTTL(t.ttl)).Slice()
 			cancel()
 			rep := decodeRedlockTry(node.index, res, err)
 			node.failing.Store(err != nil && !isRedisError(err))
@@ -314,7 +312,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 			r.goCall(func() {
 				wctx, cancel := context.WithTimeout(nc, t.nodeTO)
 				defer cancel()
-				n, err := scripts.Redlock.Run(wctx, r.nodes[i].rdb, rm.keys, "w", m.kind, t.id, 0, strconv.FormatUint(token, 10), fenceTTL(t.ttl)).Int64()
+				n, err := r.nodes[i].run(wctx, rm.keys, "w", m.kind, t.id, 0, strconv.FormatUint(token, 10), fenceTTL(t.ttl)).Int64()
 				wrote <- err == nil && n == 1
 			})
 		}

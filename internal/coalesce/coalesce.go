@@ -39,6 +39,7 @@ type Coalescer struct {
 }
 
 type call struct {
+	ctx  context.Context
 	cmd  redis.Cmder
 	lead chan bool // true: send the queue; false: cmd has its reply
 }
@@ -51,8 +52,11 @@ func New(rdb redis.UniversalClient, limit int) *Coalescer {
 
 // Do sends cmd, alone or in a pipeline with others, and returns cmd.Err()
 // once its reply (or error) is in. A command sent alone runs with ctx; a
-// pipeline of several runs with a background context, since it serves many
-// callers, so cmd must not rely on ctx to be cancelled.
+// pipeline of several runs with a context that is never cancelled, since it
+// serves many callers, so cmd must not rely on ctx to be cancelled. If every
+// command of a pipeline has a deadline, the pipeline has the latest of them
+// (which go-redis applies to the connection only with
+// ContextTimeoutEnabled); otherwise it has none.
 func (c *Coalescer) Do(ctx context.Context, cmd redis.Cmder) error {
 	c.mu.Lock()
 	if c.inflight < c.limit {
@@ -63,7 +67,7 @@ func (c *Coalescer) Do(ctx context.Context, cmd redis.Cmder) error {
 		c.send(ctx, cmd, nil)
 		return cmd.Err()
 	}
-	me := &call{cmd: cmd, lead: make(chan bool, 1)}
+	me := &call{ctx: ctx, cmd: cmd, lead: make(chan bool, 1)}
 	c.queue = append(c.queue, me)
 	c.mu.Unlock()
 	if !<-me.lead {
@@ -108,7 +112,9 @@ func (c *Coalescer) send(ctx context.Context, own redis.Cmder, others []*call) {
 		_ = c.rdb.Process(ctx, own)
 	} else {
 		// Errors land on each command; Pipelined's is the first of them.
-		_, _ = c.rdb.Pipelined(context.Background(), func(p redis.Pipeliner) error {
+		pctx, cancel := batchContext(ctx, others)
+		defer cancel()
+		_, _ = c.rdb.Pipelined(pctx, func(p redis.Pipeliner) error {
 			_ = p.Process(ctx, own)
 			for _, cl := range others {
 				_ = p.Process(ctx, cl.cmd)
@@ -117,6 +123,26 @@ func (c *Coalescer) send(ctx context.Context, own redis.Cmder, others []*call) {
 		})
 	}
 	sent = true
+}
+
+// batchContext is the context of a pipeline that carries own's command
+// (own is its caller's ctx) and the others': the latest of their deadlines
+// when every one has a deadline, else no deadline; never cancelled.
+func batchContext(own context.Context, others []*call) (context.Context, context.CancelFunc) {
+	latest, ok := own.Deadline()
+	for _, cl := range others {
+		d, has := cl.ctx.Deadline()
+		if !ok || !has {
+			return context.Background(), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	if !ok {
+		return context.Background(), func() {}
+	}
+	return context.WithDeadline(context.Background(), latest)
 }
 
 var errPanicked = errors.New("coalesce: the pipeline this command shared panicked while sending")

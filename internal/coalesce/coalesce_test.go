@@ -223,3 +223,40 @@ func TestDo_PanicWhileSending_FreesTheSlot(t *testing.T) {
 		t.Fatal("the only in-flight slot was never given back")
 	}
 }
+
+// Calls that each have a deadline, on a stalled server: a call sent alone
+// ends at its own deadline, and a pipeline of queued calls at the latest of
+// theirs (with ContextTimeoutEnabled), not when the server answers again.
+// Calls without a deadline in a pipeline wait for the server.
+func TestDo_StalledServer_PipelineEndsAtItsCallsLatestDeadline(t *testing.T) {
+	srv := redistest.Real(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 8, MaxRetries: -1, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	adm := client(t, srv)
+	co := coalesce.New(rdb, 1)
+	bg := context.Background()
+	require.NoError(t, co.Do(bg, redis.NewStatusCmd(bg, "ping"))) // a warm connection
+	const pause = 2 * time.Second
+	require.NoError(t, adm.Do(bg, "client", "pause", pause.Milliseconds(), "all").Err())
+	t.Cleanup(func() { adm.Do(context.Background(), "client", "unpause") })
+	start := time.Now()
+	var wg sync.WaitGroup
+	ended := make([]time.Duration, 4)
+	for i, d := range []time.Duration{300, 400, 500, 450} {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(bg, d*time.Millisecond)
+			defer cancel()
+			err := co.Do(ctx, redis.NewCmd(ctx, "echo", "x"))
+			assert.Error(t, err, "call %d answered by a paused server", i)
+			ended[i] = time.Since(start)
+		})
+		time.Sleep(20 * time.Millisecond) // the first is sent alone, the others queue behind it
+	}
+	wg.Wait()
+	t.Logf("calls ended after %v", ended)
+	assert.Less(t, ended[0], 450*time.Millisecond, "the lone call ends at its deadline")
+	for i := 1; i < 4; i++ {
+		assert.GreaterOrEqual(t, ended[i], 440*time.Millisecond, "call %d: its pipeline lasts until its latest deadline", i)
+		assert.Less(t, ended[i], pause-500*time.Millisecond, "call %d outlived its pipeline's deadline", i)
+	}
+}
