@@ -47,7 +47,7 @@ func RedlockGate(m *Mutex) (int, string) {
 func RedlockContended(m *Mutex) bool { return m.rl.contended() }
 
 // RedlockContend marks a Redlock Mutex as having met other callers just now,
-// as a split vote would.
+// as a refusal by a second holder would.
 func RedlockContend(m *Mutex) { m.rl.contested.Store(int64(time.Since(rlEpoch))) }
 
 // RedlockChannel is the release channel of a Redlock Mutex.

@@ -32,9 +32,9 @@ type rlMutex struct {
 	keys []string // K, F, CH (see scripts/redlock.lua)
 	gate int      // the master contended tries ask first (redlock_try.go); -1: none
 	// contested is when a try of this handle last met other callers
-	// (nanoseconds since rlEpoch on the monotonic clock; 0: never): its
-	// votes were split with a live holder, or a holder other than the one
-	// that refused its previous try refused it. For contendedFor after that,
+	// (nanoseconds since rlEpoch on the monotonic clock; 0: never): a
+	// holder other than the one that refused its previous try refused it
+	// (see noteRefusal). For contendedFor after that,
 	// its tries ask the gate first (see attempt). A lone waiter does not: it
 	// holds in one round trip of every master at once, not two.
 	contested atomic.Int64
@@ -49,25 +49,14 @@ type rlMutex struct {
 
 // abandon stops the try that made hold id from adding masters to it: a
 // master that grants it from now on gives the grant back. Unlock and
-// ForceUnlock call it before their scripts go out. It returns, by master,
-// whether the try's request there is still unanswered (nil: none is): the
-// late answer's handling releases such a master (see rlTry.run), so the
-// caller need not.
-func (rm *rlMutex) abandon(id string) (pending []bool) {
+// ForceUnlock call it before their scripts go out.
+func (rm *rlMutex) abandon(id string) {
 	v, ok := rm.live.LoadAndDelete(id)
 	if !ok {
-		return nil
+		return
 	}
 	t := v.(*rlTry)
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.keep = false
-	pending = make([]bool, len(rm.r.nodes))
-	for i := range pending {
-		pending[i] = true
-	}
-	for _, rep := range t.replies {
-		pending[rep.node] = false
-	}
-	return pending
+	t.mu.Unlock()
 }

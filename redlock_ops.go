@@ -18,14 +18,9 @@ func (rm *rlMutex) unlock(ctx context.Context, l *hold) error {
 	m, r := rm.m, rm.r
 	m.beginRelease(l)
 	// Masters that answer the try from now on give their grant back
-	// themselves; those that answered already are released below. (In an
-	// uncontended Lock and Unlock, the last master often has yet to answer:
-	// one release there, not two.)
-	pending := rm.abandon(l.spec.id)
+	// themselves; those that answered already are released below.
+	rm.abandon(l.spec.id)
 	released, failed, lastErr := rm.onEvery(func(ctx context.Context, n *rlNode) (bool, error) {
-		if pending != nil && pending[n.index] {
-			return false, nil
-		}
 		return rm.releaseCtx(ctx, n, l.spec.id)
 	})
 	if released > 0 {

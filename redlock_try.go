@@ -271,7 +271,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 		}
 	}
 	if len(granted) < r.quorum {
-		rm.noteRefusal(reps, len(granted) > 0)
+		rm.noteRefusal(reps)
 		t.giveBack(ctx)
 		for _, rep := range reps {
 			if rep.err != nil && isRedisError(rep.err) {
@@ -369,10 +369,12 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 }
 
 // noteRefusal records who refused a try, and whether that shows other
-// callers contending (see rlMutex.contested). A holder whose release this
-// Redlock has seen shows nothing: its release has yet to reach the master
-// that refused.
-func (rm *rlMutex) noteRefusal(reps []rlReply, split bool) {
+// callers contending (see rlMutex.contested): a refusal by a holder other
+// than the one that refused the handle's previous try. A split vote against
+// the same holder shows nothing: that holder's grant or release reached the
+// masters at different times. Nor does a holder whose release this Redlock
+// has seen: its release has yet to reach the master that refused.
+func (rm *rlMutex) noteRefusal(reps []rlReply) {
 	holder := ""
 	for _, rep := range reps {
 		if !rep.granted && rep.err == nil && rep.holder != "" {
@@ -384,7 +386,7 @@ func (rm *rlMutex) noteRefusal(reps []rlReply, split bool) {
 		return
 	}
 	prev := rm.refuser.Swap(&holder)
-	if split || prev != nil && *prev != holder {
+	if prev != nil && *prev != holder {
 		rm.contested.Store(int64(time.Since(rlEpoch)))
 	}
 }
@@ -399,8 +401,15 @@ func countErr(reps []rlReply) int {
 	return n
 }
 
-// acquire runs Lock (block) or TryLock.
+// acquire runs Lock (block) or TryLock. A Lock that finds callers of this
+// Redlock already waiting for the name waits behind them, its first try a
+// moment later, rather than racing the one a release just woke: without it,
+// a goroutine that unlocks and locks again at once wins every time, as its
+// try leaves before the woken waiter's.
 func (rm *rlMutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
+	if block && rm.r.c.waits.has(rm.keys[2]) {
+		return rm.wait(ctx, op, 0, true)
+	}
 	ok, left, split, err := rm.attempt(ctx, op, block && rm.contended())
 	if block && errors.Is(err, errNoQuorum) {
 		err, split = nil, true // look again soon
