@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,4 +231,41 @@ func TestRedlock_Gate_ContendedOnlyWhenOthersCompete(t *testing.T) {
 	require.NoError(t, winner.Unlock(ctx))
 	require.NoError(t, <-loserGot)
 	require.NoError(t, loser.Unlock(ctx))
+}
+
+// Goroutines of one Redlock that lock the same name in a loop all get
+// their turns: one that unlocks and locks again at once waits behind the
+// waiter its release woke, instead of winning every time.
+func TestRedlock_OneRedlock_NoGoroutineStarves(t *testing.T) {
+	srvs := masters(t, 3)
+	r := redlockOn(t, addrsOf(srvs))
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	const goroutines = 4
+	var got [goroutines]int
+	var wg sync.WaitGroup
+	stop := time.Now().Add(2 * time.Second)
+	for g := range goroutines {
+		wg.Go(func() {
+			m := r.Mutex(n)
+			for time.Now().Before(stop) {
+				if err := m.Lock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+				got[g]++
+				time.Sleep(time.Millisecond)
+				if err := m.Unlock(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("acquisitions per goroutine: %v", got)
+	most := slices.Max(got[:])
+	for g, c := range got {
+		assert.GreaterOrEqual(t, c, most/5, "goroutine %d starved", g)
+	}
 }
