@@ -50,9 +50,9 @@ func (m *Mutex) cohortOn() bool {
 
 // passLocal hands l, just taken off the handle by Unlock, to the first
 // goroutine of the Client waiting on a cohorting handle of the name, within
-// the bound. It returns the served
-// waiter's place in the queue in Redis ("" when it had none), or false when
-// it handed nothing: l is then still the caller's to release.
+// the bound. It returns the served waiter's place in the queue in Redis (""
+// when it had none), or false when it handed nothing: l is then still the
+// caller's to release.
 func (m *Mutex) passLocal(l *hold) (string, bool) {
 	co := l.cohort
 	if co.end == 0 || co.n >= m.cohort.max || l.token >= co.end || time.Since(co.since) >= m.cohort.maxTime {

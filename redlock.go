@@ -63,14 +63,14 @@ import (
 // Each master keeps, per lock name, F: the highest token it has seen, in a
 // key that expires a minute (redlockFenceMemory) after the lease of the
 // grant that last raised it, so that no counter is kept for good. A try
-// proposes a token P (the caller's clock in
-// microseconds, or one more than the last token this Redlock saw if that is
-// greater); each master that grants it issues max(F+1, P) and raises F to
-// it. The hold's token T is the maximum over the masters that granted it;
-// before the call returns, T is written back (F := max(F, T), only while
-// the key is still the caller's) to the granting masters that issued less,
-// and the acquisition succeeds only if a quorum has F >= T: the set W of
-// masters that saw T is a majority.
+// proposes a token P (the caller's clock in microseconds, or one more than
+// the last token this Redlock saw if that is greater); each master that
+// grants it issues max(F+1, P) and raises F to it. The hold's token T is
+// the maximum over the masters that granted it; before the call returns, T
+// is written back (F := max(F, T), only while the key is still the
+// caller's) to the granting masters that issued less, and the acquisition
+// succeeds only if a quorum has F >= T: the set W of masters that saw T is
+// a majority.
 //
 // Why tokens strictly increase: let hold B follow hold A (B was granted
 // after A ended, on a quorum G). W(A) and G are both majorities, so they
@@ -87,8 +87,8 @@ import (
 // proposal, at least a minute later, is at most 30 seconds behind: T(B) >
 // T(A) all the same. That is the assumption of the expiry.
 //
-// The other assumption: m kept its data between the two. A master that loses it
-// (a restart without persistence, a FLUSHALL) forgets F. To keep the
+// The other assumption: m kept its data between the two. A master that
+// loses it (a restart without persistence, a FLUSHALL) forgets F. To keep the
 // argument, such a master must stay out, after restarting, for at least one
 // maximum lease (the Redlock "delayed restart"), and the masters' and
 // clients' clocks must agree within that lease: then any hold A whose token

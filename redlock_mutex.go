@@ -34,9 +34,9 @@ type rlMutex struct {
 	// contested is when a try of this handle last met other callers
 	// (nanoseconds since rlEpoch on the monotonic clock; 0: never): a
 	// holder other than the one that refused its previous try refused it
-	// (see noteRefusal). For contendedFor after that,
-	// its tries ask the gate first (see attempt). A lone waiter does not: it
-	// holds in one round trip of every master at once, not two.
+	// (see noteRefusal). For contendedFor after that, its tries ask the
+	// gate first (see attempt). A lone waiter does not: it holds in one
+	// round trip of every master at once, not two.
 	contested atomic.Int64
 	// refuser is the holder that refused this handle's last try; nil after
 	// a try that held.

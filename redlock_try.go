@@ -60,10 +60,11 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 	n := len(r.nodes)
 	t.arrived = make(chan struct{}, n)
 	t.sent = time.Now()
+	args := []any{"t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10), fenceTTL(t.ttl)} // the same for every master
 	send := func(node *rlNode) {
 		r.goCall(func() {
 			cctx, cancel := context.WithTimeout(ctx, t.nodeTO)
-			res, err := node.run(cctx, t.rm.keys, "t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10), fenceTTL(t.ttl)).Slice()
+			res, err := node.run(cctx, t.rm.keys, args...).Slice()
 			cancel()
 			rep := decodeRedlockTry(node.index, res, err)
 			node.failing.Store(err != nil && !isRedisError(err))

@@ -130,17 +130,17 @@ func (c *Coalescer) send(ctx context.Context, own redis.Cmder, others []*call) {
 // when every one has a deadline, else no deadline; never cancelled.
 func batchContext(own context.Context, others []*call) (context.Context, context.CancelFunc) {
 	latest, ok := own.Deadline()
+	if !ok {
+		return context.Background(), func() {}
+	}
 	for _, cl := range others {
 		d, has := cl.ctx.Deadline()
-		if !ok || !has {
+		if !has {
 			return context.Background(), func() {}
 		}
 		if d.After(latest) {
 			latest = d
 		}
-	}
-	if !ok {
-		return context.Background(), func() {}
 	}
 	return context.WithDeadline(context.Background(), latest)
 }
