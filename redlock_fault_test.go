@@ -107,10 +107,7 @@ func TestRedlock_MinorityPartitioned_HoldKeptCallsQuick(t *testing.T) {
 func TestRedlock_MajorityStopped_LostWithinValidityBeforeSecondHolder(t *testing.T) {
 	srvs := masters(t, 5)
 	const lease = 1200 * time.Millisecond
-	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease))
-	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease))
-	n := name(t)
-	ma, mb := a.Mutex(n), b.Mutex(n)
+	ma, mb, _ := rivalsOn(t, srvs, lease)
 	ctx := ctxTimeout(t, 20*time.Second)
 
 	require.NoError(t, ma.Lock(ctx))
@@ -157,10 +154,7 @@ func TestRedlock_MajorityStopped_LostWithinValidityBeforeSecondHolder(t *testing
 func TestRedlock_MasterRestartedEmpty_HolderReacquiresIt(t *testing.T) {
 	srvs := masters(t, 5)
 	const lease = 900 * time.Millisecond
-	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease))
-	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease))
-	n := name(t)
-	ma, mb := a.Mutex(n), b.Mutex(n)
+	ma, mb, n := rivalsOn(t, srvs, lease)
 	ctx := ctxTimeout(t, 20*time.Second)
 
 	require.NoError(t, ma.Lock(ctx))

@@ -58,10 +58,7 @@ func TestRedlock_Gate_SameForEveryClientAndSpread(t *testing.T) {
 // waiter asks every master, and waiters of several Clients split the votes.
 func TestRedlock_Gate_WaiterRefusedAtGateAsksNoOtherMaster(t *testing.T) {
 	srvs := masters(t, 3)
-	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(20*time.Second))
-	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(20*time.Second))
-	n := name(t)
-	ma, mb := a.Mutex(n), b.Mutex(n)
+	ma, mb, n := rivalsOn(t, srvs, 20*time.Second)
 	gate, _ := dlock.RedlockGate(mb)
 	ctx := ctxTimeout(t, 15*time.Second)
 	require.NoError(t, ma.Lock(ctx))
@@ -148,10 +145,7 @@ func contendedHandoffs(t *testing.T, ctx context.Context, ma, mb *dlock.Mutex, r
 // its last request is skipped, and the try asks every master.
 func TestRedlock_Gate_GateDown_WaitersStillServed(t *testing.T) {
 	srvs := masters(t, 3)
-	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(5*time.Second))
-	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(5*time.Second))
-	n := name(t)
-	ma, mb := a.Mutex(n), b.Mutex(n)
+	ma, mb, _ := rivalsOn(t, srvs, 5*time.Second)
 	gate, _ := dlock.RedlockGate(mb)
 	srvs[gate].Stop()
 	// b's tries would go to the gate first; woken by the release, b is

@@ -66,6 +66,16 @@ func redlockOn(t *testing.T, addrs []string, opts ...dlock.Option) *dlock.Redloc
 	return r
 }
 
+// rivalsOn returns handles on one new name from two Redlocks over srvs, each
+// with watchdog lease lease: two processes competing for one lock.
+func rivalsOn(t *testing.T, srvs []*redistest.Server, lease time.Duration) (ma, mb *dlock.Mutex, n string) {
+	t.Helper()
+	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease))
+	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(lease))
+	n = name(t)
+	return a.Mutex(n), b.Mutex(n), n
+}
+
 func addrsOf(srvs []*redistest.Server) []string {
 	out := make([]string, len(srvs))
 	for i, s := range srvs {
@@ -161,10 +171,7 @@ func TestRedlock_BadInput_ErrInvalidFromEveryCall(t *testing.T) {
 // and the next holder gets a greater token.
 func TestRedlock_QuorumGrantsAndUnlockFreesEveryMaster(t *testing.T) {
 	srvs := masters(t, 5)
-	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(2*time.Second))
-	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(2*time.Second))
-	n := name(t)
-	ma, mb := a.Mutex(n), b.Mutex(n)
+	ma, mb, n := rivalsOn(t, srvs, 2*time.Second)
 	ctx := ctxTimeout(t, 10*time.Second)
 
 	require.NoError(t, ma.Lock(ctx))
@@ -244,10 +251,7 @@ func TestRedlock_MinorityDown_GrantsMajorityDown_GivesBack(t *testing.T) {
 // before the holder's lease would have run out, and even with a master down.
 func TestRedlock_WaiterWokenByPubSub(t *testing.T) {
 	srvs := masters(t, 5)
-	a := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(20*time.Second))
-	b := redlockOn(t, addrsOf(srvs), dlock.WithWatchdogTimeout(20*time.Second))
-	n := name(t)
-	ma, mb := a.Mutex(n), b.Mutex(n)
+	ma, mb, _ := rivalsOn(t, srvs, 20*time.Second)
 	ctx := ctxTimeout(t, 10*time.Second)
 	srvs[4].Stop()
 	for range 3 {
