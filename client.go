@@ -41,6 +41,16 @@ type Client struct {
 
 	closed    atomic.Bool
 	closeOnce sync.Once
+
+	hooks *testHooks // nil outside tests
+}
+
+// testHooks let internal tests stop a Client at the points where a race
+// they reproduce happens. Each is called, when set, on the goroutine that
+// reaches the point.
+type testHooks struct {
+	beforeRetry         func(w *waiter) // wait: w is about to look again
+	beforeCohortRelease func()          // Mutex.release: a cohort's local waiters were queued for the releasing script
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a

@@ -126,18 +126,27 @@ func (r *waitRegistry) endCohort(channel, key string) (ws []*waiter, places []st
 
 // wakeEnded wakes the waiters endCohort returned: queued, when the release
 // sent at sent queued them in Redis, so that they start their waiting
-// marks; else to try.
-func (r *waitRegistry) wakeEnded(ws []*waiter, queued bool, sent time.Time) {
+// marks; else to try. It returns the places of those that left meanwhile
+// (their ctx ended), which the release queued after their own cancel may
+// have run: the caller must take them out of the queue, passing on a lock
+// handed to one. A waiter that leaves after this cancels after the release
+// has run, so its own cancel finds its place.
+func (r *waitRegistry) wakeEnded(ws []*waiter, queued bool, sent time.Time) (gone []string) {
 	if len(ws) == 0 {
-		return
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, w := range ws {
+		if w.left {
+			if queued {
+				gone = append(gone, w.place)
+			}
+			continue
+		}
 		if w.grant != nil {
 			continue
 		}
-		// One that left meanwhile reads no more wake-ups.
 		if queued {
 			w.queuedAt = sent
 			w.signal(wakeQueued)
@@ -145,6 +154,7 @@ func (r *waitRegistry) wakeEnded(ws []*waiter, queued bool, sent time.Time) {
 			w.signal(wakeLocal)
 		}
 	}
+	return gone
 }
 
 // queuedAt returns when the release that queued w was sent.

@@ -257,13 +257,18 @@ func (m *Mutex) release(ctx context.Context, l *hold) error {
 		// (and so ahead of the caller should it lock again); then they are
 		// woken to take their places (cohort.go).
 		local, enqueue = m.c.waits.endCohort(m.channel, m.key)
+		if h := m.c.hooks; h != nil && h.beforeCohortRelease != nil && len(local) > 0 {
+			h.beforeCohortRelease()
+		}
 	}
 	m.beginRelease(l)
 	sent := time.Now()
 	remaining, err := m.x.unlockCohort(detach(ctx), l.spec.id, l.cohort.served, enqueue)
 	if len(local) > 0 {
 		// The script queued them only if l still held the lock.
-		m.c.waits.wakeEnded(local, err == nil && remaining == 0, sent)
+		for _, place := range m.c.waits.wakeEnded(local, err == nil && remaining == 0, sent) {
+			m.x.cancel(detach(ctx), place)
+		}
 	}
 	if err != nil {
 		err = m.fail("unlock", err)

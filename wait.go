@@ -56,6 +56,7 @@ type waiter struct {
 	local      bool      // it waits for a local handoff only, without a place in Redis yet; guarded by waitRegistry.mu
 	grant      *hold     // a hold a local handoff gave it; guarded by waitRegistry.mu
 	queuedAt   time.Time // when the release that queued it in Redis was sent; guarded by waitRegistry.mu
+	left       bool      // it left the registry; guarded by waitRegistry.mu
 	prev, next *waiter
 }
 
@@ -139,7 +140,20 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 	retry := confirmed && !as.local
 	for {
 		if retry {
-			c.waits.attempt(w)
+			if h := c.hooks; h != nil && h.beforeRetry != nil {
+				h.beforeRetry(w)
+			}
+			if c.waits.attempt(w) {
+				// A local handoff gave it a hold before it could try: take
+				// it. Trying in Redis now would queue a place that nobody
+				// claims, and the cohort's release would hand the lock to it.
+				if ctx.Err() != nil {
+					return notObtained(op, name, ctx)
+				}
+				wokeUp(ctx, wakeReasonNames[wakeCohort], attempts)
+				acquired = true
+				return nil
+			}
 			attempts++
 			ok, left, err := try()
 			if err != nil {

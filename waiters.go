@@ -68,6 +68,7 @@ func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, err error) {
 func (r *waitRegistry) leave(w *waiter, acquired bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	w.left = true
 	q := r.queues[w.channel]
 	if w.prev != nil {
 		w.prev.next = w.next
@@ -101,11 +102,13 @@ func (r *waitRegistry) handedToken(w *waiter) uint64 {
 }
 
 // attempt marks w as acting on its wake-ups: any pending one is consumed.
-func (r *waitRegistry) attempt(w *waiter) {
+// It reports true, consuming nothing, when a local handoff has given w a
+// hold: w must then take it, and not try in Redis.
+func (r *waitRegistry) attempt(w *waiter) (granted bool) {
 	r.mu.Lock()
-	if w.grant != nil { // a local handoff's wake-up stays for the wait to take
-		r.mu.Unlock()
-		return
+	defer r.mu.Unlock()
+	if w.grant != nil {
+		return true
 	}
 	w.local = false // it tries in Redis now, and queues there
 	w.woken = false
@@ -113,7 +116,7 @@ func (r *waitRegistry) attempt(w *waiter) {
 	case <-w.wake:
 	default:
 	}
-	r.mu.Unlock()
+	return false
 }
 
 // wake wakes the waiters of channel that spec names and returns how many it

@@ -1,0 +1,117 @@
+package dlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+)
+
+// requireFreeWithEmptyQueue checks that the lock called n is free and that
+// its queue in Redis holds nobody: a place left there would be handed the
+// lock by the next release, with no one to claim it.
+func requireFreeWithEmptyQueue(t *testing.T, c *Client, m *Mutex) {
+	t.Helper()
+	ctx := context.Background()
+	locked, err := m.IsLocked(ctx)
+	require.NoError(t, err)
+	require.False(t, locked, "the lock is held after its last Unlock (handed to a place nobody claims)")
+	queued, err := c.rdb.ZRange(ctx, m.x.keys[1], 0, -1).Result()
+	require.NoError(t, err)
+	require.Empty(t, queued, "places left in the queue in Redis")
+	other := New(c.rdb)
+	defer other.Close()
+	ok, err := other.Mutex(m.name).TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "another Client cannot take the free lock")
+}
+
+// subscribed makes c subscribe to m's channel now and keep it for the test,
+// so that a waiter's first wake-up is not the subscription's confirmation,
+// which makes it look again in Redis.
+func subscribed(t *testing.T, c *Client, m *Mutex) {
+	t.Helper()
+	_, err := c.hub.Acquire(context.Background(), m.channel)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.hub.Release(m.channel) })
+	require.Eventually(t, func() bool {
+		confirmed, err := c.hub.Acquire(context.Background(), m.channel)
+		c.hub.Release(m.channel)
+		return err == nil && confirmed
+	}, 5*time.Second, time.Millisecond)
+}
+
+// A goroutine waiting for a local handoff whose local timer fires just as
+// the cohort hands it the hold (both ready in one select, as when the
+// goroutine is scheduled late) must take the hold, not also try in Redis:
+// the try would queue a place that the cohort's last Unlock then hands the
+// lock to, and the lock would sit idle until that place's mark ran out.
+//
+// The waiter's local timer runs for its handle's time bound (20ms); the
+// hold reaches it through a handle with a longer bound (1s), after the
+// timer fired, while a hook holds the waiter before it looks again.
+func TestMutexCohort_LocalTimerRacesHandoff_LeavesNoPlaceInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	ctx := context.Background()
+	short := c.Mutex(t.Name(), WithCohort(4, 20*time.Millisecond))
+	long := c.Mutex(t.Name(), WithCohort(4, time.Second))
+	subscribed(t, c, short)
+	handed := make(chan struct{})
+	var once sync.Once
+	c.hooks = &testHooks{beforeRetry: func(w *waiter) {
+		if w.cohort == short {
+			once.Do(func() { <-handed })
+		}
+	}}
+	require.NoError(t, short.Lock(ctx))
+
+	longDone := make(chan error, 1)
+	go func() { longDone <- long.Lock(ctx) }() // queues in Redis: long holds nothing
+	time.Sleep(5 * time.Millisecond)
+	shortDone := make(chan error, 1)
+	go func() { shortDone <- short.Lock(ctx) }() // waits locally: short holds
+	time.Sleep(5 * time.Millisecond)
+	require.NoError(t, short.Unlock(ctx)) // hands the hold to long's waiter, first in line
+	require.NoError(t, <-longDone)
+	time.Sleep(40 * time.Millisecond)    // short's waiter's timer has fired; the hook holds it
+	require.NoError(t, long.Unlock(ctx)) // hands the hold to short's waiter, within long's bound
+	close(handed)
+	require.NoError(t, <-shortDone)
+	require.NotZero(t, short.Token())
+	require.NoError(t, short.Unlock(ctx))
+	requireFreeWithEmptyQueue(t, c, short)
+}
+
+// A local waiter whose ctx ends after the cohort's release took it from the
+// registry, and before the release's script queued it in Redis, cancels
+// before it is queued: the release must take its place out again, or the
+// lock is handed to it and sits idle until its mark runs out.
+func TestMutexCohort_WaiterCancelledWhileReleaseQueuesIt_LeavesNoPlaceInRedis(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	m := c.Mutex(t.Name(), WithCohort(4, 20*time.Millisecond))
+	subscribed(t, c, m)
+	require.NoError(t, m.Lock(context.Background()))
+	time.Sleep(30 * time.Millisecond) // past the cohort's time bound: Unlock releases to Redis
+
+	wctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Lock(wctx) }() // waits locally: the cohort runs
+	time.Sleep(5 * time.Millisecond)
+	var once sync.Once
+	c.hooks = &testHooks{beforeCohortRelease: func() {
+		once.Do(func() {
+			cancel()
+			require.ErrorIs(t, <-done, ErrNotObtained) // it left, and cancelled its (absent) place
+		})
+	}}
+	require.NoError(t, m.Unlock(context.Background()))
+	requireFreeWithEmptyQueue(t, c, m)
+}
