@@ -116,7 +116,7 @@ func closedErr(op, name string) error { return opErr(op, name, "", ErrClosed) }
 // the server's own WRONGTYPE. classify is the one place that reads them.
 const (
 	codeUpgrade   = "DLOCK_UPGRADE"  // rw_try_write: the owner reads
-	codeTooMany   = "DLOCK_TOOMANY"  // sem_try: more permits than the total
+	codeTooMany   = "DLOCK_TOOMANY"  // sem_permits: the total would rise above MaxPermits
 	codeNegative  = "DLOCK_NEGATIVE" // sem_permits: the total would drop below 0
 	codeKind      = "DLOCK_KIND"     // lib.lua: a key of another kind: "<key> <what it holds>"
 	codeWrongType = "WRONGTYPE"      // a key of another type

@@ -32,13 +32,14 @@ func (c *Client) CountDownLatch(name string, opts ...LatchOption) *CountDownLatc
 func (l *CountDownLatch) Name() string { return l.name }
 
 // TrySetCount sets the count to n if the latch is at zero, and reports
-// whether it did. n must be at least 1.
+// whether it did. n must be between 1 and MaxPermits (Lua numbers are
+// doubles; counts beyond it are not exact).
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
 	if err := l.usable(); err != nil {
 		return false, err
 	}
-	if n < 1 {
-		return false, invalidf("latch %q: count %d", l.name, n)
+	if n < 1 || n > MaxPermits {
+		return false, invalidf("latch %q: count %d, not between 1 and MaxPermits (%d)", l.name, n, int64(MaxPermits))
 	}
 	v, err := l.c.script(ctx, scripts.LatchSet, []string{l.key}, n, millis(l.idle)).Int64()
 	if err != nil {

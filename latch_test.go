@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -100,4 +102,34 @@ func TestCountDownLatch_ZeroIsNoOpAndLatchIsReusable(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "not a lock of this kind")
 	assert.Error(t, e.client(rdb).CountDownLatch(wrong).CountDown(ctx))
+}
+
+// A count beyond MaxPermits is refused before anything is sent, with an
+// error that names the bound; MaxPermits itself is kept exactly.
+func TestCountDownLatch_CountBeyondMaxPermits_ErrInvalidNothingSent(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	cnt := newCounter()
+	l := e.client(e.rdb(cnt)).CountDownLatch(name(t))
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, n := range []int64{dlock.MaxPermits + 1, math.MaxInt64} {
+		ok, err := l.TrySetCount(ctx, n)
+		assert.ErrorIs(t, err, dlock.ErrInvalid, "count %d", n)
+		if assert.Error(t, err) {
+			assert.Contains(t, err.Error(), fmt.Sprint(int64(dlock.MaxPermits)), "the error names the bound")
+		}
+		assert.False(t, ok)
+	}
+	assert.Zero(t, cnt.total(), "nothing sent")
+	exists, err := rdb.Exists(ctx, key(l.Name())).Result()
+	require.NoError(t, err)
+	assert.Zero(t, exists, "nothing written")
+
+	ok, err := l.TrySetCount(ctx, dlock.MaxPermits)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, l.CountDown(ctx))
+	count, err := l.Count(ctx)
+	require.NoError(t, err)
+	assert.EqualValues(t, dlock.MaxPermits-1, count, "counts up to MaxPermits are exact")
 }

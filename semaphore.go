@@ -31,6 +31,14 @@ type Semaphore struct {
 	idle   time.Duration
 }
 
+// MaxPermits is the largest permit count a Semaphore takes or holds: the
+// largest total, the largest request, and the largest count a
+// CountDownLatch is set to. Lua numbers are doubles; counts beyond it are
+// not exact. Calls that pass a count beyond it, or an AddPermits that would
+// take the total beyond it, fail with an error wrapping ErrInvalid and
+// change nothing.
+const MaxPermits = 1<<53 - 1
+
 // Semaphore returns a handle on the semaphore called name. It sends nothing
 // to Redis. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
@@ -43,9 +51,9 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 func (s *Semaphore) Name() string { return s.name }
 
 // TrySetPermits sets the total number of permits to n if it was never set,
-// and reports whether it did. n must be at least 1. A total set with an
-// idle expiry (WithIdleExpiry) goes with the semaphore's other keys when
-// nobody has used it for that long.
+// and reports whether it did. n must be between 1 and MaxPermits. A total
+// set with an idle expiry (WithIdleExpiry) goes with the semaphore's other
+// keys when nobody has used it for that long.
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 	if err := s.checkTotal(n); err != nil {
 		return false, err
@@ -68,20 +76,23 @@ func (s *Semaphore) checkTotal(n int) error {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	if n < 1 {
-		return invalidf("semaphore %q: %d permits", s.name, n)
+	if n < 1 || int64(n) > MaxPermits {
+		return invalidf("semaphore %q: a total of %d permits, not between 1 and MaxPermits (%d)", s.name, n, int64(MaxPermits))
 	}
 	return nil
 }
 
 // AddPermits adds n permits to the total; a negative n removes them. It
 // fails with ErrInvalid, changing nothing, when the total would drop below
-// zero. Permits in use are not revoked: lowering the total below them makes
-// Available negative until enough are released. Waiters the new permits can
-// serve are woken.
+// zero or rise above MaxPermits. Permits in use are not revoked: lowering
+// the total below them makes Available negative until enough are released.
+// Waiters the new permits can serve are woken.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
 	if err := s.usable(); err != nil {
 		return err
+	}
+	if int64(n) > MaxPermits || int64(n) < -MaxPermits {
+		return invalidf("semaphore %q: adding %d permits, beyond MaxPermits (%d) either way", s.name, n, int64(MaxPermits))
 	}
 	_, err := s.permits(ctx, "add", n)
 	return err
@@ -162,8 +173,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error
 
 func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (*Permit, error) {
 	switch {
-	case n < 0:
-		return nil, invalidf("semaphore %q: acquire %d permits", s.name, n)
+	case n < 0 || int64(n) > MaxPermits:
+		return nil, invalidf("semaphore %q: acquire %d permits, not between 0 and MaxPermits (%d)", s.name, n, int64(MaxPermits))
 	case n == 0:
 		return &Permit{s: s, done: true}, nil
 	}

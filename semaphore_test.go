@@ -2,6 +2,8 @@ package dlock_test
 
 import (
 	"context"
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -289,4 +291,64 @@ func TestSemaphore_TryAcquire_ShortReturnsErrNotObtained(t *testing.T) {
 	_, err = s.TryAcquire(ctx, 1)
 	assert.ErrorIs(t, err, dlock.ErrNotObtained)
 	require.NoError(t, p.Release(ctx))
+}
+
+// Counts beyond MaxPermits are refused before anything is sent, with an
+// error that names the bound; an AddPermits whose sum would pass it is
+// refused by its script, changing nothing. Counts up to it are exact.
+func TestSemaphore_CountsBeyondMaxPermits_ErrInvalidNothingChanged(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	cnt := newCounter()
+	s := e.client(e.rdb(cnt)).Semaphore(name(t))
+	n := s.Name()
+	ctx := ctxTimeout(t, 10*time.Second)
+	bound := fmt.Sprint(int64(dlock.MaxPermits))
+
+	refused := map[string]func() error{
+		"TrySetPermits(MaxInt)":       func() error { return dropOK(s.TrySetPermits(ctx, math.MaxInt)) },
+		"TrySetPermits(MaxPermits+1)": func() error { return dropOK(s.TrySetPermits(ctx, dlock.MaxPermits+1)) },
+		"SetPermits(MaxInt)":          func() error { return s.SetPermits(ctx, math.MaxInt) },
+		"AddPermits(MaxInt)":          func() error { return s.AddPermits(ctx, math.MaxInt) },
+		"AddPermits(-MaxInt)":         func() error { return s.AddPermits(ctx, -math.MaxInt) },
+		"AddPermits(MaxPermits+1)":    func() error { return s.AddPermits(ctx, dlock.MaxPermits+1) },
+		"TryAcquire(MaxInt)":          func() error { return dropOK(s.TryAcquire(ctx, math.MaxInt)) },
+		"Acquire(MaxPermits+1)":       func() error { return dropOK(s.Acquire(ctx, dlock.MaxPermits+1)) },
+	}
+	check := func(what string, call func() error) {
+		t.Helper()
+		before := snapshot(t, ctx, rdb, n)
+		err := call()
+		assert.ErrorIs(t, err, dlock.ErrInvalid, what)
+		if assert.Error(t, err, what) {
+			assert.Contains(t, err.Error(), bound, "%s: the error names the bound", what)
+		}
+		assert.Equal(t, before, snapshot(t, ctx, rdb, n), "%s changed Redis", what)
+	}
+	cnt.reset()
+	for what, call := range refused {
+		check(what, call)
+	}
+	assert.Zero(t, cnt.total(), "counts beyond MaxPermits must be refused before anything is sent")
+
+	ok, err := s.TrySetPermits(ctx, dlock.MaxPermits)
+	require.NoError(t, err)
+	require.True(t, ok)
+	check("AddPermits(1) past MaxPermits", func() error { return s.AddPermits(ctx, 1) })
+	for what, call := range refused {
+		check(what+" on a set total", call)
+	}
+	total, err := s.Total(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, dlock.MaxPermits, total, "the total is exact up to MaxPermits")
+	p, err := s.TryAcquire(ctx, dlock.MaxPermits-1)
+	require.NoError(t, err)
+	avail, err := s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, avail)
+	require.NoError(t, p.Release(ctx))
+	require.NoError(t, s.AddPermits(ctx, -(dlock.MaxPermits-1)))
+	total, err = s.Total(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, total)
 }

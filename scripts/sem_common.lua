@@ -25,6 +25,10 @@
 
 --#include lib.lua
 
+-- The largest total or request, as MaxPermits in semaphore.go: Lua numbers
+-- are doubles, exact only up to 2^53 - 1.
+local max_permits = 9007199254740991
+
 -- The main key's fields, after its kind: {kind, total, used, x, f}, or nil
 -- and an error reply when any key is not this semaphore's.
 local function sem_state(M, H, C, Q, QE)

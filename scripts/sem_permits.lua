@@ -9,9 +9,10 @@
 -- ARGV[4]     the idle expiry in ms to record when this call sets the total
 --             ('set', 'force'); 0 for none
 --
--- Returns {1 when changed else 0, message}. 'add' fails with DLOCK_NEGATIVE,
--- changing nothing, when the total would drop below zero. The message names
--- the waiters the change lets through.
+-- Returns {1 when changed else 0, message}. 'add' fails, changing nothing,
+-- with DLOCK_NEGATIVE when the total would drop below zero and with
+-- DLOCK_TOOMANY when it would rise above max_permits. The message names the
+-- waiters the change lets through.
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local op, n, idle = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[4])
@@ -24,7 +25,7 @@ local _, total = available(M)
 local x = v[4]
 if op == 'set' or op == 'force' then
   if op == 'set' and total then return {0, ''} end
-  redis.call('HSET', M, 'k', 'semaphore', 'total', n)
+  redis.call('HSET', M, 'k', 'semaphore', 'total', string.format('%.0f', n))
   if idle > 0 then
     redis.call('HSET', M, 'x', idle)
     x = idle
@@ -36,10 +37,14 @@ if op == 'set' or op == 'force' then
     x = nil
   end
 else
-  if (total or 0) + n < 0 then
-    return redis.error_reply('DLOCK_NEGATIVE the total would drop to ' .. ((total or 0) + n))
+  local t = (total or 0) + n
+  if t < 0 then
+    return redis.error_reply('DLOCK_NEGATIVE the total would drop to ' .. string.format('%.0f', t))
   end
-  redis.call('HSET', M, 'k', 'semaphore', 'total', (total or 0) + n)
+  if t > max_permits then
+    return redis.error_reply('DLOCK_TOOMANY the total would rise above MaxPermits (' .. string.format('%.0f', max_permits) .. ')')
+  end
+  redis.call('HSET', M, 'k', 'semaphore', 'total', string.format('%.0f', t))
 end
 touch(M, H, C, Q, QE, x)
 return {1, wake_servable(M, C, Q, CH, ARGV[3])}
