@@ -198,12 +198,21 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 	a := s.newAcquisition(ctx, t, "drain", false, waitAs{id: t.id})
 	a.sent = time.Now()
 	res, err := s.c.script(a.tryCtx(), scripts.SemDrain, s.keys, t.id, millis(a.ttl), s.c.id).Slice()
+	var r tryReply
+	if err == nil {
+		r, err = decodeTry(res)
+	}
 	if err != nil {
+		if !isRedisError(err) {
+			// The script may have run: give back what it may have taken,
+			// as semTry.try does, rather than leave every free permit
+			// taken, unrenewed, for a whole lease.
+			_, _ = s.release(a.nc, t.id)
+		}
 		return nil, s.fail("drain", err)
 	}
-	r, err := decodeTry(res)
-	if err != nil || r.n == 0 {
-		return &Permit{s: s, done: true}, err
+	if r.n == 0 {
+		return &Permit{s: s, done: true}, nil
 	}
 	t.n = int(r.n)
 	if _, _, err := a.granted(func() error { return t.keep(a, r.token) }); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/scripts"
 )
 
 func TestSemaphore_ThreeClientsRandomN_PermitsNeverExceedTotal(t *testing.T) {
@@ -351,4 +352,26 @@ func TestSemaphore_CountsBeyondMaxPermits_ErrInvalidNothingChanged(t *testing.T)
 	total, err = s.Total(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 1, total)
+}
+
+// A Drain whose reply is lost gives back whatever its script may have taken:
+// the free permits are free again at once, not after a whole lease.
+func TestSemaphore_DrainReplyLost_GivesPermitsBack(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	require.NoError(t, scripts.SemDrain.Load(ctx, e.rdb()).Err())
+	s := e.client(e.rdb(&replyLost{match: firstCallOf(scripts.SemDrain)})).Semaphore(n)
+	_, err := s.TrySetPermits(ctx, 3)
+	require.NoError(t, err)
+	p, err := s.Drain(ctx)
+	require.Error(t, err, "the reply was lost")
+	assert.Nil(t, p)
+	avail, err := e.client(e.rdb()).Semaphore(n).Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, avail, "the drained permits stay taken, unrenewed, for a whole lease")
+	q, err := s.Drain(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, q.Count(), "a later Drain takes them")
+	require.NoError(t, q.Release(ctx))
 }
