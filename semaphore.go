@@ -20,8 +20,10 @@ import (
 // of it. A large request is therefore never starved by a stream of small
 // ones; the price is that a small request waits behind a large one even when
 // it alone would fit, as with golang.org/x/sync/semaphore. A request for
-// more permits than the total waits, like any other, until the total is
-// raised.
+// more permits than the total waits until the total is raised, but holds
+// nobody back meanwhile: it is passed over, as x/sync/semaphore does not
+// queue a request it can never serve, and takes its place in arrival order
+// again once the total covers it.
 //
 // The total is set with TrySetPermits or SetPermits, and changed with
 // AddPermits. It persists in Redis with no expiry, unless WithIdleExpiry
@@ -144,7 +146,7 @@ func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
 // Acquire blocks until it holds n permits, ctx ends, or the Client closes,
 // and returns them as a Permit to Release. Requests are served in arrival
 // order (see Semaphore); a request for more than the total waits until the
-// total is raised. Acquire(ctx, 0) returns a Permit of no permits at once,
+// total is raised, holding nobody back meanwhile. Acquire(ctx, 0) returns a Permit of no permits at once,
 // without asking Redis. When ctx ends first it returns an error matching
 // both ErrNotObtained and ctx.Err(), leaves the queue, and takes nothing.
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
@@ -186,8 +188,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 }
 
 // Drain takes every permit that is free right now, unless callers are
-// queued (they come first), and returns them as one Permit, of no permits
-// when there are none to take. One round trip.
+// queued (they come first; a request for more than the total does not
+// count), and returns them as one Permit, of no permits when there are none
+// to take. One round trip.
 func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Drain", "drain")
 	defer func() { sp.endAcquire(err, err == nil, false) }()

@@ -375,3 +375,83 @@ func TestSemaphore_DrainReplyLost_GivesPermitsBack(t *testing.T) {
 	assert.Equal(t, 3, q.Count(), "a later Drain takes them")
 	require.NoError(t, q.Release(ctx))
 }
+
+// A queued request for more than the total holds nobody back: with a total
+// of 1 and an Acquire(2) queued first, an Acquire(1) is served at once.
+// Once the total is raised to cover it, the large request takes its turn in
+// arrival order again: a later small request waits behind it.
+func TestSemaphore_RequestAboveTotal_HoldsNobodyBackUntilTheTotalCoversIt(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	admin := e.client(e.rdb()).Semaphore(n)
+	_, err := admin.TrySetPermits(ctx, 1)
+	require.NoError(t, err)
+	queued := func(want int64) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			got, err := rdb.ZCard(ctx, key(n)+":q").Result()
+			return err == nil && got == want
+		}, 5*time.Second, 2*time.Millisecond, "%d queued", want)
+	}
+
+	bigDone := make(chan *dlock.Permit, 1)
+	go func() {
+		p, err := e.client(e.rdb()).Semaphore(n).Acquire(ctx, 2)
+		assert.NoError(t, err)
+		bigDone <- p
+	}()
+	queued(1)
+
+	small := e.client(e.rdb()).Semaphore(n)
+	start := time.Now()
+	d, err := small.Drain(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, d.Count(), "Drain passes over a request for more than the total")
+	require.NoError(t, d.Release(ctx))
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	p1, err := small.Acquire(sctx, 1)
+	require.NoError(t, err, "Acquire(1) held back by a queued Acquire(2) on a total of 1")
+	assert.Less(t, time.Since(start), 500*time.Millisecond)
+
+	// The total now covers the large request: it is first in line again.
+	require.NoError(t, admin.AddPermits(ctx, 1))
+	_, err = small.TryAcquire(ctx, 1)
+	assert.ErrorIs(t, err, dlock.ErrNotObtained, "a small request passed the large one that now fits")
+	laterDone := make(chan *dlock.Permit, 1)
+	go func() {
+		p, err := e.client(e.rdb()).Semaphore(n).Acquire(ctx, 1)
+		assert.NoError(t, err)
+		laterDone <- p
+	}()
+	queued(2)
+	select {
+	case <-bigDone:
+		t.Fatal("Acquire(2) served with one permit held")
+	case <-laterDone:
+		t.Fatal("a later Acquire(1) passed the Acquire(2) queued ahead of it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	require.NoError(t, p1.Release(ctx))
+	var big *dlock.Permit
+	select {
+	case big = <-bigDone:
+		assert.Equal(t, 2, big.Count())
+	case <-time.After(2 * time.Second):
+		t.Fatal("Acquire(2) not served in its turn once the total covered it")
+	}
+	select {
+	case <-laterDone:
+		t.Fatal("the later Acquire(1) served while Acquire(2) holds every permit")
+	case <-time.After(100 * time.Millisecond):
+	}
+	require.NoError(t, big.Release(ctx))
+	select {
+	case p := <-laterDone:
+		require.NoError(t, p.Release(ctx))
+	case <-time.After(2 * time.Second):
+		t.Fatal("the later Acquire(1) not served after the Acquire(2)")
+	}
+}

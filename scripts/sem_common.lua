@@ -21,7 +21,10 @@
 -- only if the free permits also cover every queued request ahead of it (all
 -- of the queue, for a request that is not queued), so a large request is
 -- never starved by a stream of small ones. A request for more than the
--- total waits, like any other, until the total is raised.
+-- total can never be served until the total is raised: it waits, but it is
+-- not counted among the requests ahead of others, so it holds nobody back
+-- (as golang.org/x/sync/semaphore does not queue such a request). Once the
+-- total is raised to cover it, it takes its place in arrival order again.
 
 --#include lib.lua
 
@@ -83,28 +86,36 @@ local function available(M)
   return (total or 0) - tonumber(v[2] or '0'), total
 end
 
--- Permits needed by the queued waiters, first..last (1-based, inclusive).
-local function needed(C, Q, first, last)
+-- Permits needed by the queued waiters, first..last (1-based, inclusive),
+-- that the total (a number, or nil when never set) can serve: a request for
+-- more than the total holds nobody back (see Fairness).
+local function needed(C, Q, first, last, total)
   local sum = 0
   if last < first then return 0 end
   for _, id in ipairs(redis.call('ZRANGE', Q, first - 1, last - 1)) do
-    sum = sum + tonumber(redis.call('HGET', C, id) or '0')
+    local need = tonumber(redis.call('HGET', C, id) or '0')
+    if need <= (total or 0) then
+      sum = sum + need
+    end
   end
   return sum
 end
 
 -- Publish, and return, the release message naming the queued waiters that
--- the free permits can serve now, in queue order; '' when there are none.
+-- the free permits can serve now, in queue order, passing over requests for
+-- more than the total; '' when there are none.
 local function wake_servable(M, C, Q, CH, from)
-  local avail = available(M)
+  local avail, total = available(M)
   local ids = {}
   for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
     local need = tonumber(redis.call('HGET', C, id) or '0')
-    if need > avail then
-      break
+    if need <= (total or 0) then
+      if need > avail then
+        break
+      end
+      avail = avail - need
+      ids[#ids + 1] = id
     end
-    avail = avail - need
-    ids[#ids + 1] = id
   end
   if #ids == 0 then return '' end
   -- (ids is bounded by the queue; each is a 26-character ID.)

@@ -7,7 +7,8 @@
 -- ARGV[3]     the Client's ID, for the release message
 --
 -- Returns {n, token}: the permits taken, as one permit with a fencing token,
--- or {0, ''} when none is free or waiters are queued (they come first).
+-- or {0, ''} when none is free or waiters are queued (they come first; a
+-- request for more than the total holds nobody back, see sem_common.lua).
 -- Keys of another kind fail with DLOCK_KIND before anything changes.
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -20,8 +21,8 @@ local now = now_ms()
 if purge(M, H, C, Q, QE, now) > 0 then
   wake_servable(M, C, Q, CH, ARGV[3])
 end
-local n = available(M)
-if n <= 0 or redis.call('ZCARD', Q) > 0 then
+local n, total = available(M)
+if n <= 0 or needed(C, Q, 1, redis.call('ZCARD', Q), total) > 0 then
   return {0, ''}
 end
 local f = next_fence(v[5])

@@ -25,13 +25,13 @@ local now = now_ms()
 if purge(M, H, C, Q, QE, now) > 0 then
   wake_servable(M, C, Q, CH, ARGV[5])
 end
-local avail = available(M)
+local avail, total = available(M)
 local rank = redis.call('ZRANK', Q, id)
 local ahead
 if rank then
-  ahead = needed(C, Q, 1, rank)
+  ahead = needed(C, Q, 1, rank, total)
 else
-  ahead = needed(C, Q, 1, redis.call('ZCARD', Q))
+  ahead = needed(C, Q, 1, redis.call('ZCARD', Q), total)
 end
 if ahead + n <= avail then
   local f = next_fence(v[5])
