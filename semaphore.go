@@ -3,7 +3,10 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/scripts"
@@ -28,6 +31,16 @@ import (
 // The total is set with TrySetPermits or SetPermits, and changed with
 // AddPermits. It persists in Redis with no expiry, unless WithIdleExpiry
 // says otherwise. Make one with Client.Semaphore.
+//
+// Acquire on a semaphore whose total was never set waits for it to be set,
+// as Redisson's does, but leaves nothing without an expiry: the keys it
+// writes expire with the waiting marks (a third of the watchdog timeout),
+// so a mistyped name, or a waiter that died, leaves nothing behind for
+// longer than that. Setting the total (TrySetPermits, SetPermits,
+// AddPermits) makes them persist, or follow the idle expiry. The Client
+// logs a warning the first time one of its Acquires waits on an unset
+// total, once per name; TryAcquire on it, and an Acquire whose ctx ends
+// while it is unset, fail with an error that says the total was never set.
 type Semaphore struct {
 	handle // keys: M, H, C, Q, QE (see scripts/sem_common.lua) and the channel
 	idle   time.Duration
@@ -148,43 +161,78 @@ func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
 // order (see Semaphore); a request for more than the total waits until the
 // total is raised, holding nobody back meanwhile. Acquire(ctx, 0) returns a Permit of no permits at once,
 // without asking Redis. When ctx ends first it returns an error matching
-// both ErrNotObtained and ctx.Err(), leaves the queue, and takes nothing.
+// both ErrNotObtained and ctx.Err(), leaves the queue, and takes nothing;
+// the error says so when the total was never set (see Semaphore).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Acquire", "acquire")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	if err == nil {
-		p, err = s.acquire(ctx, n, "acquire", true)
+		p, _, err = s.acquire(ctx, n, "acquire", true)
 	}
 	return p, err
 }
 
 // TryAcquire takes n permits if they are free and nobody is queued ahead,
-// in one round trip. When they are not (or n exceeds the total), it returns
-// an error matching ErrNotObtained. TryAcquire(ctx, 0) succeeds at once.
+// in one round trip. When they are not (or n exceeds the total, or the
+// total was never set, which the error then says), it returns an error
+// matching ErrNotObtained. TryAcquire(ctx, 0) succeeds at once.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.TryAcquire", "tryacquire")
 	defer func() { sp.endAcquire(err, p != nil, false) }()
+	unset := false
 	if err == nil {
-		p, err = s.acquire(ctx, n, "tryacquire", false)
+		p, unset, err = s.acquire(ctx, n, "tryacquire", false)
 	}
 	if err == nil && p == nil {
-		err = opErr("tryacquire", s.name, fmt.Sprintf("%d permits", n), ErrNotObtained)
+		detail := fmt.Sprintf("%d permits", n)
+		if unset {
+			detail += ": " + unsetHint
+		}
+		err = opErr("tryacquire", s.name, detail, ErrNotObtained)
 	}
 	return p, err
 }
 
-func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (*Permit, error) {
+// acquire takes n permits; unset reports that its last try found the total
+// never set.
+func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (p *Permit, unset bool, err error) {
 	switch {
 	case n < 0 || int64(n) > MaxPermits:
-		return nil, invalidf("semaphore %q: acquire %d permits, not between 0 and MaxPermits (%d)", s.name, n, int64(MaxPermits))
+		return nil, false, invalidf("semaphore %q: acquire %d permits, not between 0 and MaxPermits (%d)", s.name, n, int64(MaxPermits))
 	case n == 0:
-		return &Permit{s: s, done: true}, nil
+		return &Permit{s: s, done: true}, false, nil
 	}
 	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text(), n: n}
 	if _, err := s.newAcquisition(ctx, t, op, block, waitAs{id: t.id}).run(); err != nil {
-		return nil, err
+		if t.unset && errors.Is(err, ErrNotObtained) && ctx.Err() != nil {
+			err = opErr(op, s.name, unsetHint, ErrNotObtained, ctx.Err())
+		}
+		return nil, t.unset, err
 	}
-	return t.p, nil
+	return t.p, t.unset, nil
+}
+
+// unsetHint ends the error of a call that gave up on a semaphore whose total
+// was never set: most likely a mistyped name, or a missing TrySetPermits.
+const unsetHint = "the total was never set: call TrySetPermits"
+
+// unsetWarned holds, by Client ID, the names of the semaphores an Acquire
+// of that Client has waited on with their total unset: each is logged once
+// per Client. A Client's entry goes when the Client is collected.
+var unsetWarned sync.Map // Client ID -> *sync.Map (name -> struct{})
+
+// warnUnset logs, once per Client and name, that an Acquire waits on a
+// semaphore whose total was never set.
+func (s *Semaphore) warnUnset() {
+	c := s.c
+	names, loaded := unsetWarned.LoadOrStore(c.id, new(sync.Map))
+	if !loaded {
+		runtime.AddCleanup(c, func(id string) { unsetWarned.Delete(id) }, c.id)
+	}
+	if _, warned := names.(*sync.Map).LoadOrStore(s.name, struct{}{}); !warned {
+		c.cfg.logger.Warn("dlock: Acquire waits on a semaphore whose total was never set; call TrySetPermits",
+			"name", s.name, "key", s.key)
+	}
 }
 
 // Drain takes every permit that is free right now, unless callers are
@@ -245,10 +293,11 @@ func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
 // semTry is one Acquire or TryAcquire call: the acquirer of its acquisition.
 // Its permit ID is fresh; while it waits it is also its place in the queue.
 type semTry struct {
-	s  *Semaphore
-	id string
-	n  int
-	p  *Permit // once granted
+	s     *Semaphore
+	id    string
+	n     int
+	p     *Permit // once granted
+	unset bool    // the last try found the total never set
 }
 
 func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
@@ -268,6 +317,10 @@ func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
 		return false, 0, s.fail(a.op, err)
 	}
 	if !r.granted() {
+		t.unset = len(res) > 4 && res[4] == int64(1)
+		if t.unset && a.block {
+			s.warnUnset()
+		}
 		return a.refused("", r.left(), markTTL > 0, r.queued, s.keys[4], []string{s.keys[3], s.keys[0]}, leaseSpec{specMemberWith2, t.id})
 	}
 	return a.granted(func() error { return t.keep(a, r.token) })

@@ -15,7 +15,8 @@
 -- one, every script that touches the semaphore sets their expiry to at least
 -- x ms, and the watchdog's renewals of permits and waiting marks keep them
 -- alive while those last: a semaphore nobody uses vanishes x ms after its
--- last use, total and all.
+-- last use, total and all. Until the total is first set, nothing persists:
+-- the keys waiters write expire with their waiting marks (sem_try.lua).
 --
 -- Fairness: waiters are served in arrival order. A request may take permits
 -- only if the free permits also cover every queued request ahead of it (all

@@ -10,10 +10,17 @@
 -- Returns {1, token} when the permits were taken, with the permit's fencing
 -- token. Otherwise, if ARGV[4] > 0, queues the request (once) and returns
 -- {-(ms until the earliest permit lease or waiting mark runs out, at least
--- 1; 0 when none), '', '', 1 when this try queued it anew else 0}. When the
--- purge of expired permits or waiters lets queued requests through, it
--- publishes so. Keys of another kind fail with DLOCK_KIND before anything
--- changes.
+-- 1; 0 when none), '', '', 1 when this try queued it anew else 0, 1 when
+-- the total was never set else 0}. When the purge of expired permits or
+-- waiters lets queued requests through, it publishes so. Keys of another
+-- kind fail with DLOCK_KIND before anything changes.
+--
+-- A total that was never set persists nothing: the keys a waiter writes
+-- then expire with the waiting marks (one mark lease after the last try or
+-- renewal). The watchdog's renewals of a mark prolong QE, Q and M; C, which
+-- they do not reach, each try of a waiter prolongs, and the reply has the
+-- waiter try again within half a mark lease. Setting the total makes the
+-- keys persist (sem_permits.lua).
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, n, ttl, mark = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -48,12 +55,26 @@ local added = 0
 if mark > 0 then
   if not rank then
     redis.call('HSET', M, 'k', 'semaphore')
-    redis.call('ZADD', Q, redis.call('HINCRBY', M, 'seq', 1), id)
-    redis.call('HSET', C, id, n)
+    -- Arrival numbers only grow, even after M expired under a queue.
+    local seq = redis.call('HINCRBY', M, 'seq', 1)
+    local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
+    if last[2] and tonumber(last[2]) >= seq then
+      seq = tonumber(last[2]) + 1
+      redis.call('HSET', M, 'seq', seq)
+    end
+    redis.call('ZADD', Q, seq, id)
     added = 1
   end
+  -- Each try records the need again: C may have expired (see above).
+  redis.call('HSET', C, id, n)
   redis.call('ZADD', QE, now + mark, id)
-  touch(M, H, C, Q, QE, v[4])
+  if total then
+    touch(M, H, C, Q, QE, v[4])
+  else
+    for _, k in ipairs({M, H, C, Q, QE}) do
+      extend(k, mark)
+    end
+  end
 end
 local next = nil
 for _, z in ipairs({H, QE}) do
@@ -62,4 +83,7 @@ for _, z in ipairs({H, QE}) do
     next = tonumber(first[2])
   end
 end
-return {refusal(next and next - now), '', '', added}
+if not total and mark > 0 then
+  next = math.min(next or now + mark, now + math.floor(mark / 2))
+end
+return {refusal(next and next - now), '', '', added, total and 0 or 1}
