@@ -77,7 +77,9 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 }
 
 // state reads the count (0 when not counting) and the generation, which
-// grows by one each time the count reaches zero.
+// grows by one each time the count reaches zero, and which a latch deleted
+// or expired and set again starts afresh, at a value no earlier incarnation
+// had (see scripts/latch_common.lua).
 func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error) {
 	v, err := l.c.script(ctx, scripts.LatchState, []string{l.key}).Int64Slice()
 	if err == nil && len(v) != 2 {
@@ -108,10 +110,12 @@ func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
 
 // Await blocks until the count is zero, ctx ends, or the Client closes. A
 // latch that is not set is at zero. A zero reached while Await waits counts
-// even if the latch was set again before Await looked. The final CountDown's message wakes it;
-// a lost message or dropped connection delays it at most until the next
-// re-subscription or the watchdog timeout. When ctx ends first it returns an
-// error matching both ErrNotObtained and ctx.Err().
+// even if the latch was set again before Await looked, and so does a Delete
+// or an idle expiry: Await returns even if a TrySetCount made the latch
+// count again by then. The final CountDown's (or Delete's) message wakes it;
+// a lost message, a dropped connection or an idle expiry delays it at most
+// until the next re-subscription or the watchdog timeout. When ctx ends
+// first it returns an error matching both ErrNotObtained and ctx.Err().
 func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 	ctx, sp, err := l.beginAcquire(ctx, "dlock.CountDownLatch.Await", "await")
 	defer func() { sp.endAcquire(err, err == nil, true) }()

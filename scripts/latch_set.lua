@@ -17,6 +17,10 @@ if v[2] then
   return 0
 end
 redis.call('HSET', L, 'k', 'latch', 'count', ARGV[1])
+if not v[3] then
+  -- A new incarnation: see latch_common.lua.
+  redis.call('HSET', L, 'gen', string.format('%.0f', now_us()))
+end
 local idle = tonumber(ARGV[2])
 if idle > 0 then
   redis.call('HSET', L, 'x', idle)
