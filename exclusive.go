@@ -16,13 +16,15 @@ import (
 // this Client that a script handed the lock to.
 type excl struct {
 	h       *handle
-	keys    []string // K, Q, QE and the channel
+	keys    []string // K, Q, QE, F, RL and the channel (see scripts/excl_common.lua)
 	counted string   // "1" for a counted kind (ReentrantMutex), else "0"
 }
 
-// exclKeys are the auxiliary keys of an exclusive lock: its queue (see
+// exclKeys are the auxiliary keys of an exclusive lock: its queue, the
+// token memory every lock kind shares, and an RWMutex's readers, which a
+// try looks at before it takes over a released RWMutex's name (see
 // scripts/excl_common.lua).
-var exclKeys = []string{":mq", ":mqe"}
+var exclKeys = []string{":mq", ":mqe", ":f", ":rl"}
 
 func newExcl(h *handle, counted bool) excl {
 	x := excl{h: h, keys: h.keys, counted: "0"}

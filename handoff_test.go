@@ -21,7 +21,7 @@ import (
 
 func queueKeys(n string) []string {
 	k := key(n)
-	return []string{k, k + ":mq", k + ":mqe", k + ":ch"}
+	return []string{k, k + ":mq", k + ":mqe", k + ":f", k + ":rl", k + ":ch"}
 }
 
 // holderOf returns the ID that holds lock n, "" when free.

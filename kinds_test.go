@@ -221,3 +221,53 @@ func TestKinds_ForeignKeysRefusedAtOnceNothingWritten(t *testing.T) {
 		}
 	}
 }
+
+// A lock's name is free for a lock of any kind as soon as it is released:
+// a Mutex, then a ReentrantMutex, an RWMutex and an Election take the same
+// name one after another, each at once, each with a token above the one
+// before. Readers still keep other kinds out while they hold (see
+// TestKinds_EveryPairRefusedAtOnceNothingWritten).
+func TestKinds_ReleasedLockName_FreeForEveryLockKind_TokensRising(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	c := e.client(e.rdb())
+	n := name(t)
+	var last uint64
+	step := func(what string, token uint64) {
+		t.Helper()
+		assert.Greater(t, token, last, "%s: token not above the one before", what)
+		last = token
+	}
+	for round := range 2 {
+		m := c.Mutex(n)
+		require.NoError(t, m.Lock(ctx), "round %d", round)
+		step("mutex", m.Token())
+		require.NoError(t, m.Unlock(ctx))
+
+		r := c.ReentrantMutex(n, dlock.WithHandleOwner())
+		require.NoError(t, r.Lock(ctx))
+		step("reentrant", r.Token(ctx))
+		require.NoError(t, r.Unlock(ctx))
+
+		rw := c.RWMutex(n, dlock.WithHandleOwner())
+		require.NoError(t, rw.RLock(ctx))
+		require.NoError(t, rw.RUnlock(ctx))
+		require.NoError(t, rw.Lock(ctx))
+		step("rwmutex writer", rw.Token(ctx))
+		require.NoError(t, rw.Unlock(ctx))
+
+		el := c.Election(n)
+		require.NoError(t, el.Campaign(ctx, "v"))
+		step("election", el.Token())
+		require.NoError(t, el.Resign(ctx))
+	}
+	// Released, the name reads as free of any lock kind, with its last token,
+	// and as no primitive at all to a reader that expects none in particular.
+	_, err := c.Status(ctx, n)
+	require.ErrorIs(t, err, dlock.ErrNotFound)
+	st, err := c.ReentrantMutex(n).Status(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, dlock.KindReentrant, st.Kind)
+	assert.False(t, st.Held())
+	assert.Equal(t, last, st.Token, "the last token, the election's")
+}

@@ -20,8 +20,8 @@ func TestScripts_QueueHint_KeyBackWithWaitersQueued_ReleaseHandsOn(t *testing.T)
 	e := sharedEnv(t)
 	rdb := e.rdb()
 	ctx := ctxTimeout(t, 10*time.Second)
-	k := key(name(t))
-	keys := []string{k, k + ":mq", k + ":mqe", k + ":ch"}
+	keys := queueKeys(name(t))
+	k := keys[0]
 	const client = "hintclient"
 	w1, w2 := "0:"+client+".1", "0:"+client+".2"
 	now, err := rdb.Time(ctx).Result()

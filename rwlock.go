@@ -31,7 +31,7 @@ import (
 //
 // Make one with Client.RWMutex. The zero RWMutex is not usable.
 type RWMutex struct {
-	handle        // keys: W, RL, RC, Q, QE (see scripts/rw_common.lua) and the channel
+	handle        // keys: W, RL, RC, Q, QE, F (see scripts/rw_common.lua) and the channel
 	self   string // owner ID used when ctx names none (WithHandleOwner); else ""
 }
 
@@ -40,7 +40,7 @@ type RWMutex struct {
 // return an error wrapping ErrInvalid.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	lc := buildLockConfig(opts)
-	return &RWMutex{handle: c.newHandle(kindRWWriteName, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe"), self: handleOwnerID(c, lc)}
+	return &RWMutex{handle: c.newHandle(kindRWWriteName, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f"), self: handleOwnerID(c, lc)}
 }
 
 // Name returns the lock's name, without the key prefix.

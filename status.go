@@ -115,6 +115,8 @@ func decodeStatus(name string, res []any) (Status, error) {
 	if len(res) != 7 {
 		return st, fmt.Errorf("unexpected reply %v", res)
 	}
+	token, _ := res[1].(string)
+	st.Token, _ = strconv.ParseUint(token, 10, 64) // a released lock's too
 	stored, _ := res[0].(string)
 	if stored == "" {
 		return st, nil
@@ -123,8 +125,6 @@ func decodeStatus(name string, res []any) (Status, error) {
 	if st.Kind == "" {
 		st.Kind = stored // a kind of a later dlock version
 	}
-	token, _ := res[1].(string)
-	st.Token, _ = strconv.ParseUint(token, 10, 64)
 	waiting, _ := res[2].(int64)
 	st.Waiting = int(waiting)
 	flat, _ := res[3].([]any)

@@ -222,3 +222,76 @@ func TestToken_HotPath_TheGreaterOfClockAndStoredPlusOne(t *testing.T) {
 	require.NoError(t, co.Unlock(ctx))
 	assert.Equal(t, uint64(8000000000000204+dlock.DefaultCohortHandoffs+1), lockWith(), "the next token follows the reservation")
 }
+
+// A holder that crashes leaves the lock's key to expire with its lease,
+// token and all. The next token must still be above the crashed holder's,
+// also when the server's clock is behind that token, as after the clock
+// stepped back: the token memory every lock kind shares (p{n}:f, kept for
+// a minute after each grant) outlives the key. Here the name's last token
+// is set an hour ahead of the clock before the crashed holder takes it, so
+// that its token is ahead of the clock, as it is after a step back.
+func TestToken_CrashedHolderWithClockBehind_NextTokenStillAbove(t *testing.T) {
+	type locker struct {
+		name string
+		// lock takes the lock on c and returns its token and its release.
+		lock func(t *testing.T, ctx context.Context, c *dlock.Client, n string) (uint64, func() error)
+	}
+	mutex := func(opts ...dlock.LockOption) func(*testing.T, context.Context, *dlock.Client, string) (uint64, func() error) {
+		return func(t *testing.T, ctx context.Context, c *dlock.Client, n string) (uint64, func() error) {
+			m := c.Mutex(n, opts...)
+			require.NoError(t, m.Lock(ctx))
+			return m.Token(), func() error { return m.Unlock(ctx) }
+		}
+	}
+	lockers := []locker{
+		{"mutex", mutex(dlock.WithoutCohort())},
+		{"cohorting mutex", mutex()},
+		{"reentrant", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) (uint64, func() error) {
+			m := c.ReentrantMutex(n, dlock.WithHandleOwner())
+			require.NoError(t, m.Lock(ctx))
+			return m.Token(ctx), func() error { return m.Unlock(ctx) }
+		}},
+		{"rwmutex writer", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) (uint64, func() error) {
+			rw := c.RWMutex(n, dlock.WithHandleOwner())
+			require.NoError(t, rw.Lock(ctx))
+			return rw.Token(ctx), func() error { return rw.Unlock(ctx) }
+		}},
+		{"election", func(t *testing.T, ctx context.Context, c *dlock.Client, n string) (uint64, func() error) {
+			e := c.Election(n)
+			require.NoError(t, e.Campaign(ctx, "v"))
+			return e.Token(), func() error { return e.Resign(ctx) }
+		}},
+	}
+	e := realEnv(t) // miniredis's clock is not the point here
+	rdb := e.rdb()
+	c0 := e.client(rdb)
+	for _, crashed := range lockers {
+		for _, next := range lockers {
+			t.Run(crashed.name+" then "+next.name, func(t *testing.T) {
+				ctx := ctxTimeout(t, 10*time.Second)
+				n := name(t)
+				// The name's last token, an hour ahead of the clock.
+				_, unlock := crashed.lock(t, ctx, c0, n)
+				require.NoError(t, unlock())
+				now, err := rdb.Time(ctx).Result()
+				require.NoError(t, err)
+				ahead := uint64(now.Add(time.Hour).UnixMicro())
+				require.NoError(t, rdb.HSet(ctx, key(n), "f", ahead).Err())
+
+				c1 := dlock.New(rdb, dlock.WithWatchdogTimeout(300*time.Millisecond))
+				t1, _ := crashed.lock(t, ctx, c1, n)
+				require.Greater(t, t1, ahead, "the crashed holder's token follows the last one")
+				require.NoError(t, c1.Close()) // crashes: no release, the key expires with the lease
+				require.Eventually(t, func() bool { return rdb.Exists(ctx, key(n)).Val() == 0 }, 3*time.Second, 10*time.Millisecond)
+
+				t2, unlock := next.lock(t, ctx, c0, n)
+				defer func() { require.NoError(t, unlock()) }()
+				above := t1
+				if crashed.name == "cohorting mutex" {
+					above += dlock.DefaultCohortHandoffs // the tokens its grant reserved
+				}
+				assert.Greater(t, t2, above, "token after a crashed holder's")
+			})
+		}
+	}
+}

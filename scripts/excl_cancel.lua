@@ -2,7 +2,7 @@
 -- release handed it the lock meanwhile and it has not claimed it, the lock
 -- passes on as excl_unlock would pass it.
 --
--- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
 -- ARGV[1]     the kind
 -- ARGV[2]     the waiter: '<lease>:<id>'
 -- ARGV[3]     the Client's ID, for a grant message
@@ -13,7 +13,7 @@
 -- went on to the waiter id (a lease of ttl ms). A counted owner that claimed the hand-over (count
 -- above 0) keeps it.
 --#include excl_common.lua
-local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local kind, waiter, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local _, id = parse_waiter(waiter)
 local v, bad = main_key(K, kind, 'o', 'n', 'f')
@@ -29,4 +29,4 @@ redis.call('ZREM', QE, waiter)
 if v[2] ~= id or counted and tonumber(v[3] or '0') > 0 then
   return {0, ''}
 end
-return pass_on_reply(1, K, kind, counted, Q, QE, CH, from, v[4])
+return pass_on_reply(1, K, F, kind, counted, Q, QE, CH, from, v[4])

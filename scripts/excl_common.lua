@@ -1,7 +1,7 @@
 -- excl_common: the exclusive lock that Mutex, ReentrantMutex and Election
 -- share, included by the excl_*.lua scripts; not a script of its own.
 --
--- A lock named n keeps three keys, all with the hash tag {n}:
+-- A lock named n keeps these keys, all with the hash tag {n}:
 --   K   p{n}       hash  k: the kind ('mutex', 'reentrant', 'election')
 --                        o: the holder's ID; absent while the lock is free
 --                        n: the holder's hold count (counted kinds); 0 for
@@ -14,11 +14,13 @@
 --                           excl_unlock skip the queue when it is absent)
 --   Q   p{n}:mq    zset  waiter -> arrival (server microseconds): the queue
 --   QE  p{n}:mqe   zset  waiter -> expiry of its waiting mark (server ms)
+--   F   p{n}:f     string the token memory every lock kind shares (lib.lua)
+--   RL  p{n}:rl    zset  an RWMutex's readers: only looked at, by take_over
 -- and publishes on p{n}:ch. K expires with the holder's lease; released, it
--- keeps k, f and x for fence_memory ms, so that the next token follows the last
--- one even if the server's clock steps back. Q and QE lose members by purge
--- and vanish when empty; their key TTLs cover the latest mark, so crashed
--- waiters leave nothing behind for good.
+-- keeps k, f and x for fence_memory ms, so that the next Lock takes the hot
+-- path, and a lock of another kind may take the name over (take_over). Q
+-- and QE lose members by purge and vanish when empty; their key TTLs cover
+-- the latest mark, so crashed waiters leave nothing behind for good.
 --
 -- A waiter is "<lease>:<id>" or "<lease>+<reserve>:<id>": the ID it will
 -- hold the lock under (it starts with its Client's ID and a dot), after the
@@ -47,8 +49,6 @@
 
 --#include lib.lua
 
-local fence_memory = '60000' -- a string: Redis formats numbers with printf
-
 local function parse_waiter(w)
   local colon = string.find(w, ':', 1, true)
   local head = string.sub(w, 1, colon - 1)
@@ -74,11 +74,11 @@ local function purge(Q, QE, now)
 end
 
 -- Make id the holder of K with a lease of ttl ms and the next fencing token
--- after fence and any reservation; count is its hold count; reserve (> 0)
--- reserves that many tokens after the new one. Returns the token.
-local function take(K, kind, id, ttl, fence, count, reserve)
-  local x = redis.call('HGET', K, 'x')
-  local f = next_fence(string.format('%.0f', tonumber(fence or '0') + (tonumber(x) or 0)))
+-- after last (the highest token issued or reserved that K knew of, or nil:
+-- F's; see issue_fence); count is its hold count; reserve (> 0) reserves
+-- that many tokens after the new one. Returns the token.
+local function take(K, F, kind, id, ttl, last, count, reserve)
+  local f = issue_fence(F, last, reserve)
   if reserve and reserve > 0 then
     redis.call('HSET', K, 'k', kind, 'o', id, 'n', count, 'f', f, 'q', '1', 'x', reserve)
   else
@@ -97,10 +97,11 @@ end
 
 -- Make the first live waiter the holder of K (free, or the caller's to give
 -- away) and tell it so, unless it waits on Client from, the caller, which
--- wakes it itself. A counted kind hands it over unclaimed (count 0). Returns
--- the waiter's ID, token and lease in ms, or nil when nobody waits (then K
--- is unchanged). Call after purge.
-local function grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
+-- wakes it itself. A counted kind hands it over unclaimed (count 0). last
+-- is the highest token K knows of (see take). Returns the waiter's ID,
+-- token and lease in ms, or nil when nobody waits (then K is unchanged).
+-- Call after purge.
+local function grant_first(K, F, kind, counted, Q, QE, CH, from, now, last)
   while true do
     local first = redis.call('ZRANGE', Q, 0, 0)[1]
     if not first then
@@ -119,7 +120,7 @@ local function grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
       if counted then
         count = 0
       end
-      local f = take(K, kind, id, ttl, fence, count, reserve)
+      local f = take(K, F, kind, id, ttl, last, count, reserve)
       if client_of(id) ~= from then
         redis.call('PUBLISH', CH, msg_handed(from, id, f, ttl))
       end
@@ -129,11 +130,12 @@ local function grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
 end
 
 -- The holder gives K up: hand it to the first live waiter, or else free it.
--- Returns the ID, token and lease of the waiter it went to, or nil.
-local function pass_on(K, kind, counted, Q, QE, CH, from, fence)
+-- fence is K's token (see known_fence). Returns the ID, token and lease of
+-- the waiter it went to, or nil.
+local function pass_on(K, F, kind, counted, Q, QE, CH, from, fence)
   local now = now_ms()
   purge(Q, QE, now)
-  local id, f, ttl = grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
+  local id, f, ttl = grant_first(K, F, kind, counted, Q, QE, CH, from, now, known_fence(K, fence))
   if not id then
     free(K)
   end
@@ -142,8 +144,8 @@ end
 
 -- pass_on as a release script's reply: {code, id, token, ttl} when the lock
 -- went to the waiter id, else {code, ''}.
-local function pass_on_reply(code, K, kind, counted, Q, QE, CH, from, fence)
-  local id, f, ttl = pass_on(K, kind, counted, Q, QE, CH, from, fence)
+local function pass_on_reply(code, K, F, kind, counted, Q, QE, CH, from, fence)
+  local id, f, ttl = pass_on(K, F, kind, counted, Q, QE, CH, from, fence)
   if id then
     return {code, id, f, ttl}
   end

@@ -1,7 +1,7 @@
 -- excl_force: release an exclusive lock whoever holds it, as its holder's
 -- last release would: to the first live waiter if any, else free.
 --
--- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
 -- ARGV[1]     the kind
 -- ARGV[2]     the Client's ID, for a grant message
 -- ARGV[3]     '1' for a counted kind, else '0'
@@ -11,7 +11,7 @@
 -- waiter id. Keys of another kind fail with DLOCK_KIND before anything
 -- changes.
 --#include excl_common.lua
-local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local kind, from, counted = ARGV[1], ARGV[2], ARGV[3] == '1'
 local v, bad = main_key(K, kind, 'o', 'f')
 if bad then
@@ -24,4 +24,4 @@ bad = queue_keys(Q, QE)
 if bad then
   return bad
 end
-return pass_on_reply(1, K, kind, counted, Q, QE, CH, from, v[3])
+return pass_on_reply(1, K, F, kind, counted, Q, QE, CH, from, v[3])

@@ -1,6 +1,6 @@
 -- excl_try: take an exclusive lock, claim or re-enter it, or join its queue.
 --
--- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
 -- ARGV[1]     the kind ('mutex', 'reentrant', 'election')
 -- ARGV[2]     the caller as a waiter: '<lease>[+<reserve>]:<id>' (see
 --             excl_common.lua)
@@ -21,9 +21,10 @@
 -- anew (it was not queued before) else 0} and, if ARGV[4] > 0, queues the
 -- caller (once) with its mark set to expire ARGV[4] ms from now. A free
 -- lock with others queued goes to the first of them, as a release would; it
--- is then the holder returned. Keys of another kind fail with DLOCK_KIND (a
--- K of another type with WRONGTYPE) before anything changes.
-local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+-- is then the holder returned. A released lock of another lock kind is taken
+-- over (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K
+-- of another type with WRONGTYPE) before anything changes.
+local K, Q, QE, F, RL, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local kind, waiter, ttl = ARGV[1], ARGV[2], ARGV[3]
 local colon = string.find(waiter, ':', 1, true)
 local id = string.sub(waiter, colon + 1)
@@ -33,8 +34,9 @@ if plus and plus < colon then
   reserve = tonumber(string.sub(waiter, plus + 1, colon - 1)) or 0
 end
 -- The hot path, before any helper is defined (see scripts.go): a lock of
--- this kind, free, nobody queued (no queue hint q). The token is
--- next_fence's (lib.lua), after any reservation (excl_common.lua). Without
+-- this kind, free, nobody queued (no queue hint q), its token known. The
+-- token is issue_fence's (lib.lua), after any reservation (excl_common.lua),
+-- and is remembered in F as issue_fence does. Without
 -- one it is worked out on decimal strings: tokens have no leading zeros, so
 -- the longer string, or at equal length the greater one, is the greater
 -- number, and the usual case (the clock ahead of the last token) takes no
@@ -44,8 +46,8 @@ end
 -- HMGET runs unprotected (redis.pcall costs more): a K of another type
 -- fails the script with WRONGTYPE there, before anything changes.
 local v = redis.call('HMGET', K, 'k', 'o', 'n', 'f', 'x', 'q')
-if v[1] == kind and not v[2] and not v[6] then
-  local base, x = v[4] or '0', v[5]
+if v[1] == kind and not v[2] and not v[6] and v[4] then
+  local base, x = v[4], v[5]
   local t = redis.call('TIME')
   local fs = t[1] .. string.rep('0', 6 - #t[2]) .. t[2]
   if x or not (#fs > #base or #fs == #base and fs > base) then
@@ -55,11 +57,15 @@ if v[1] == kind and not v[2] and not v[6] then
     end
   end
   if reserve > 0 then
-    redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs, 'x', string.sub(waiter, plus + 1, colon - 1))
+    local xs = string.sub(waiter, plus + 1, colon - 1)
+    redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs, 'x', xs)
+    redis.call('PEXPIRE', K, ttl)
+    redis.call('SET', F, fs .. '+' .. xs, 'PX', '60000') -- fence_memory
   else
     redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs)
+    redis.call('PEXPIRE', K, ttl)
+    redis.call('SET', F, fs, 'PX', '60000')
   end
-  redis.call('PEXPIRE', K, ttl)
   return fs
 end
 --#include excl_common.lua
@@ -67,10 +73,19 @@ local mark, from = tonumber(ARGV[4]), ARGV[5]
 local counted = ARGV[6] == '1'
 local bad
 v, bad = main_key(K, kind, 'o', 'n', 'f')
+local carried -- the token memory of a released lock of another kind
 if bad then
-  return bad
+  carried = take_over(K, Q, RL)
+  if not carried then
+    return bad
+  end
+  v = {}
 end
 local holder, fence = v[2], v[4]
+-- The highest token issued or reserved for the name that K knows of.
+local function last()
+  return carried or known_fence(K, fence)
+end
 if holder == id then
   local n = tonumber(v[3] or '1')
   if counted and n >= 1 then
@@ -81,7 +96,7 @@ if holder == id then
   return {1, fence}
 end
 if not holder and redis.call('EXISTS', Q) == 0 then
-  return {1, take(K, kind, id, ttl, fence, 1, reserve)}
+  return {1, take(K, F, kind, id, ttl, last(), 1, reserve)}
 end
 bad = queue_keys(Q, QE)
 if bad then
@@ -93,7 +108,7 @@ purge(Q, QE, now)
 if not holder then
   local first = redis.call('ZRANGE', Q, 0, 0)[1]
   if first and first ~= waiter then
-    local to, f = grant_first(K, kind, counted, Q, QE, CH, from, now, fence)
+    local to, f = grant_first(K, F, kind, counted, Q, QE, CH, from, now, last())
     if to then
       holder, fence = to, f
     end
@@ -101,7 +116,7 @@ if not holder then
   if not holder then
     redis.call('ZREM', Q, waiter)
     redis.call('ZREM', QE, waiter)
-    return {1, take(K, kind, id, ttl, fence, 1, reserve)}
+    return {1, take(K, F, kind, id, ttl, last(), 1, reserve)}
   end
 end
 local added = 0

@@ -2,7 +2,7 @@
 -- holds it; the last one releases the lock, to the first live waiter if
 -- any (see excl_common.lua).
 --
--- KEYS[1..4]  K, Q, QE (see excl_common.lua), and the channel
+-- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
 -- ARGV[1]     the kind
 -- ARGV[2]     the holder's ID
 -- ARGV[3]     the Client's ID, for a grant message
@@ -22,7 +22,7 @@
 -- Client ARGV[3]).
 -- Keys of another kind fail with DLOCK_KIND (a K of another type with
 -- WRONGTYPE) before anything changes.
-local K, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local kind, id, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 -- The hot path, before any helper is defined (see scripts.go): the last
 -- hold of the caller, nobody queued (no queue hint q). Freeing keeps the
@@ -84,4 +84,4 @@ bad = queue_keys(Q, QE)
 if bad then
   return bad
 end
-return pass_on_reply(0, K, kind, counted, Q, QE, CH, from, v[4])
+return pass_on_reply(0, K, F, kind, counted, Q, QE, CH, from, v[4])

@@ -21,8 +21,9 @@ end
 -- name, a decimal string, or nil when none is known): the server's clock in
 -- microseconds, or stored + 1 when that is not greater. Tokens therefore
 -- grow with the clock across data loss and key expiry, and the stored value
--- covers a clock that steps back (see the README's Fencing section). Returned
--- as a decimal string: Lua would print a 16-digit number in exponent form.
+-- covers a clock that steps back (see docs/design.md, "Fencing tokens").
+-- Returned as a decimal string: Lua would print a 16-digit number in
+-- exponent form.
 local function next_fence(stored)
   local f = tonumber(stored or '0') + 1
   local t = now_us()
@@ -30,6 +31,59 @@ local function next_fence(stored)
     f = t
   end
   return string.format('%.0f', f)
+end
+
+-- Token memory of the lock kinds (Mutex, ReentrantMutex, Election, an
+-- RWMutex's writers), which issue a name's tokens from one sequence. Every
+-- grant writes the token it issued to F = p{n}:f, as '<token>' or, with
+-- tokens reserved after it, '<token>+<reserved>', expiring fence_memory ms
+-- later. A grant reads F when the main key holds no token: it expired with
+-- a crashed holder's lease, or a lock of another kind took the name over.
+-- So every token is above every token issued in the fence_memory before
+-- it, whatever the server's clock did meanwhile, and above earlier ones as
+-- long as the clock never steps back by fence_memory or more.
+local fence_memory = '60000' -- a string: Redis formats numbers with printf
+
+-- The highest token issued or reserved that F remembers, or 0.
+local function remembered_fence(F)
+  local m = redis.call('GET', F)
+  if not m then
+    return 0
+  end
+  local plus = string.find(m, '+', 1, true)
+  if plus then
+    return (tonumber(string.sub(m, 1, plus - 1)) or 0) + (tonumber(string.sub(m, plus + 1)) or 0)
+  end
+  return tonumber(m) or 0
+end
+
+-- Issue the next token after last (a number: the highest token issued or
+-- reserved for the name that the main key knows of; nil: ask F), with
+-- reserve (> 0) more reserved after it, and remember it in F. Returns it
+-- as a decimal string.
+local function issue_fence(F, last, reserve)
+  local f = (last or remembered_fence(F)) + 1
+  local t = now_us()
+  if t > f then
+    f = t
+  end
+  local fs = string.format('%.0f', f)
+  if reserve and reserve > 0 then
+    redis.call('SET', F, fs .. '+' .. reserve, 'PX', fence_memory)
+  else
+    redis.call('SET', F, fs, 'PX', fence_memory)
+  end
+  return fs
+end
+
+-- The highest token a lock's main key K knows of: its token f (a string,
+-- or nil when it holds none) and the reservation K keeps after it; nil
+-- when it holds none, so that issue_fence asks F.
+local function known_fence(K, f)
+  if not f then
+    return nil
+  end
+  return tonumber(f) + (tonumber(redis.call('HGET', K, 'x')) or 0)
 end
 
 -- Keys that are not what a primitive expects. Every check runs before the
@@ -65,6 +119,29 @@ local function main_key(K, kind, ...)
     end
   end
   return v
+end
+
+-- The lock kinds: once released, their main key holds only the lock's
+-- kind and token memory, and a lock of another of these kinds may take the
+-- name over (take_over).
+local lock_kinds = {mutex = true, reentrant_mutex = true, election = true, rwlock = true}
+
+-- take_over lets an acquiring script of a lock kind take a name whose main
+-- key K holds a released lock of another lock kind: no holder ('o'), no
+-- queue hint ('q'), nobody queued in Q and no reader in RL (nil: none to
+-- look at). It deletes K and returns the highest token K remembered (a
+-- number), which the caller's grant must go above; nil when K is anything
+-- else, which the caller refuses as main_key does.
+local function take_over(K, Q, RL)
+  local v = redis.pcall('HMGET', K, 'k', 'o', 'q', 'f', 'x')
+  if v.err or not lock_kinds[v[1]] or v[2] or v[3] then
+    return nil
+  end
+  if redis.call('EXISTS', Q) == 1 or RL and redis.call('EXISTS', RL) == 1 then
+    return nil
+  end
+  redis.call('DEL', K)
+  return (tonumber(v[4] or '0') or 0) + (tonumber(v[5]) or 0)
 end
 
 -- An error reply when an auxiliary key exists with another type than typ.

@@ -2,14 +2,14 @@
 -- It leaves the queue; a hand-over it has not claimed is given up as a
 -- release would give it up; and whoever its leaving lets in is let in.
 --
--- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the waiter: '<lease>:<r|w><owner>'
 -- ARGV[2]     the Client's ID, for a grant message
 --
 -- Returns {0, owners, token}: the owners the lock went to ('' for none),
 -- with the writer's token (or '').
 --#include rw_common.lua
-local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, from = ARGV[1], ARGV[2]
 local _, role, owner = parse_rw(waiter)
 local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
@@ -32,5 +32,5 @@ elseif role == 'r' and redis.call('HGET', RC, owner) == '0' then
 end
 local now = now_ms()
 purge(RL, RC, Q, QE, now)
-local to, f, ttl = admit(after_writer, W, RL, RC, Q, QE, CH, from, now, v[4])
+local to, f, ttl = admit(after_writer, W, F, RL, RC, Q, QE, CH, from, now, v[4])
 return {0, to, f, ttl}

@@ -11,6 +11,7 @@
 --                       yet claimed)
 --   Q   p{n}:mq   zset  waiter -> arrival (server microseconds): the queue
 --   QE  p{n}:mqe  zset  waiter -> expiry of its waiting mark (server ms)
+--   F   p{n}:f    string the token memory every lock kind shares (lib.lua)
 -- and publishes on p{n}:ch. W expires with the writer's lease; free of
 -- writers, it keeps k and f for fence_memory ms, and for as long as any
 -- reader holds (readers' renewals lengthen it too), so that the name keeps
@@ -28,8 +29,6 @@
 -- every owner it went to is on Client from, the caller.
 
 --#include lib.lua
-
-local fence_memory = 60000
 
 local function parse_rw(w)
   local colon = string.find(w, ':', 1, true)
@@ -109,8 +108,9 @@ local function grant_readers(RL, RC, Q, QE, CH, from, now)
 end
 
 -- Hand W to the first live writer queued (write count 0, unclaimed), with
--- the next fencing token after fence. Returns its owner and token, or nil.
-local function grant_writer(W, Q, QE, CH, from, now, fence)
+-- the next fencing token after fence (W's, or nil: F's). Returns its owner
+-- and token, or nil.
+local function grant_writer(W, F, Q, QE, CH, from, now, fence)
   for _, w in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
     local lease, role, owner = parse_rw(w)
     if role == 'w' then
@@ -118,7 +118,7 @@ local function grant_writer(W, Q, QE, CH, from, now, fence)
       redis.call('ZREM', Q, w)
       redis.call('ZREM', QE, w)
       if ttl > 0 then
-        local f = next_fence(fence)
+        local f = issue_fence(F, tonumber(fence))
         redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 0, 'f', f)
         redis.call('PEXPIRE', W, ttl)
         announce(CH, from, {owner}, f, ttl)
@@ -139,7 +139,7 @@ local function keep_kind(W, RL, now)
   end
   redis.call('HSET', W, 'k', 'rwlock')
   local last = redis.call('ZRANGE', RL, -1, -1, 'WITHSCORES')[2]
-  extend(W, math.max(fence_memory, tonumber(last or '0') - now))
+  extend(W, math.max(tonumber(fence_memory), tonumber(last or '0') - now))
 end
 
 -- No writer holds W: keep only its kind and last token.
@@ -154,7 +154,7 @@ end
 -- The first writer queued goes when nobody holds the lock. Returns the
 -- owners handed to, comma-separated, or '', the writer's token or '', and
 -- the lease they got in ms (0: none).
-local function admit(after_writer, W, RL, RC, Q, QE, CH, from, now, fence)
+local function admit(after_writer, W, F, RL, RC, Q, QE, CH, from, now, fence)
   if redis.call('HEXISTS', W, 'o') == 1 then
     return '', '', 0
   end
@@ -169,7 +169,7 @@ local function admit(after_writer, W, RL, RC, Q, QE, CH, from, now, fence)
     keep_kind(W, RL, now)
     return '', '', 0
   end
-  local owner, f, ttl = grant_writer(W, Q, QE, CH, from, now, fence)
+  local owner, f, ttl = grant_writer(W, F, Q, QE, CH, from, now, fence)
   return owner or '', f or '', ttl or 0
 end
 

@@ -2,14 +2,14 @@
 -- and let in whoever is queued, as a writer's release would (includes
 -- rw_common.lua).
 --
--- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the Client's ID, for a grant message
 --
 -- Returns {1 when anyone held it else 0, owners handed to or '', the token
 -- of a writer handed to or '', the lease handed over in ms}. Keys of another kind fail with DLOCK_KIND before
 -- anything changes.
 --#include rw_common.lua
-local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local v, bad = main_key(W, 'rwlock', 'o', 'f')
 if bad then
   return bad
@@ -28,5 +28,5 @@ if v[2] then
   free_writer(W)
 end
 redis.call('DEL', RL, RC)
-local to, f, ttl = admit(true, W, RL, RC, Q, QE, CH, ARGV[1], now, v[3])
+local to, f, ttl = admit(true, W, F, RL, RC, Q, QE, CH, ARGV[1], now, v[3])
 return {held, to, f, ttl}

@@ -1,7 +1,7 @@
 -- rw_try_read: take, claim or re-enter a read hold of an RWMutex, or queue
 -- for it (includes rw_common.lua).
 --
--- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the waiter: '<lease>:r<owner>'
 -- ARGV[2]     the lease to apply in ms
 -- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
@@ -14,15 +14,19 @@
 -- the lease of the owner's first read hold. Otherwise returns {-(ms until
 -- the blocking lease runs out, at least 1; 0 for none), the writer or '',
 -- '', 1 when this try queued the owner anew else 0}, queueing the owner
--- when ARGV[3] > 0. Keys of another kind fail with DLOCK_KIND before
--- anything changes.
+-- when ARGV[3] > 0. A released lock of another lock kind is taken over
+-- (take_over, lib.lua; F keeps its token memory). Keys of another kind
+-- fail with DLOCK_KIND before anything changes.
 --#include rw_common.lua
-local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local _, _, owner = parse_rw(waiter)
 local v, bad = main_key(W, 'rwlock', 'o')
 if bad then
-  return bad
+  if not take_over(W, Q, nil) then
+    return bad
+  end
+  v = {}
 end
 bad = rw_keys(RL, RC, Q, QE)
 if bad then

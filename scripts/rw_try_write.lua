@@ -1,7 +1,7 @@
 -- rw_try_write: take, claim or re-enter the write hold of an RWMutex, or
 -- queue for it (includes rw_common.lua).
 --
--- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the waiter: '<lease>:w<owner>'
 -- ARGV[2]     the lease to apply in ms
 -- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
@@ -13,15 +13,21 @@
 -- hold to end would deadlock. Otherwise returns {-(ms until the earliest
 -- blocking lease runs out, at least 1; 0 for none), the blocking holder or
 -- '', '', 1 when this try queued the owner anew else 0}, queueing the owner
--- when ARGV[3] > 0. Keys of another kind fail with DLOCK_KIND before
+-- when ARGV[3] > 0. A released lock of another lock kind is taken over
+-- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND before
 -- anything changes.
 --#include rw_common.lua
-local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local _, _, owner = parse_rw(waiter)
 local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
+local carried -- the token memory of a released lock of another kind
 if bad then
-  return bad
+  carried = take_over(W, Q, nil)
+  if not carried then
+    return bad
+  end
+  v = {}
 end
 bad = rw_keys(RL, RC, Q, QE)
 if bad then
@@ -47,14 +53,14 @@ if not holder and redis.call('ZCARD', RL) == 0 then
   if not first or first == waiter then
     redis.call('ZREM', Q, waiter)
     redis.call('ZREM', QE, waiter)
-    local f = next_fence(fence)
+    local f = issue_fence(F, carried or tonumber(fence))
     redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 1, 'f', f)
     redis.call('PEXPIRE', W, ttl)
     return {1, f}
   end
   -- Announced from nobody (''), so that the caller's own Client applies it
   -- too: this try learns only whether the lock went to itself.
-  local to, f = admit(false, W, RL, RC, Q, QE, CH, '', now, fence)
+  local to, f = admit(false, W, F, RL, RC, Q, QE, CH, '', now, fence)
   if to == owner then
     redis.call('HSET', W, 'n', 1) -- handed to this very try: claimed
     redis.call('PEXPIRE', W, ttl)

@@ -2,7 +2,7 @@
 -- rw_common.lua). When the last reader leaves, the first writer queued gets
 -- the lock (see rw_common.lua).
 --
--- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the owner ID
 -- ARGV[2]     the Client's ID, for a grant message
 --
@@ -11,7 +11,7 @@
 -- lock handed to the owners listed ('' for none) with the writer's token
 -- (or '').
 --#include rw_common.lua
-local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, from = ARGV[1], ARGV[2]
 local v, bad = main_key(W, 'rwlock', 'f')
 if bad then
@@ -32,5 +32,5 @@ if n > 0 then
 end
 redis.call('HDEL', RC, owner)
 redis.call('ZREM', RL, owner)
-local to, f, ttl = admit(false, W, RL, RC, Q, QE, CH, from, now, v[2])
+local to, f, ttl = admit(false, W, F, RL, RC, Q, QE, CH, from, now, v[2])
 return {0, to, f, ttl}

@@ -2,7 +2,7 @@
 -- rw_common.lua). The last one releases the write lock, to every reader
 -- queued, else to the first writer queued (see rw_common.lua).
 --
--- KEYS[1..6]  W, RL, RC, Q, QE (see rw_common.lua), and the channel
+-- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the owner ID
 -- ARGV[2]     the Client's ID, for a grant message
 --
@@ -11,7 +11,7 @@
 -- the owners listed (comma-separated, '' for none), with the writer's token
 -- (or '').
 --#include rw_common.lua
-local W, RL, RC, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, from = ARGV[1], ARGV[2]
 local v, bad = main_key(W, 'rwlock', 'o', 'f')
 if bad then
@@ -31,5 +31,5 @@ end
 free_writer(W)
 local now = now_ms()
 purge(RL, RC, Q, QE, now)
-local to, f, ttl = admit(true, W, RL, RC, Q, QE, CH, from, now, v[3])
+local to, f, ttl = admit(true, W, F, RL, RC, Q, QE, CH, from, now, v[3])
 return {0, to, f, ttl}

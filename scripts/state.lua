@@ -13,7 +13,10 @@
 -- current or last hold or '', live waiters queued, holders, total, free,
 -- count}, where holders is a flat array {id, ms left, count, read (1 or 0),
 -- ...}; total and free are a Semaphore's (total -1 when never set), count a
--- latch's. A key of another kind than ARGV[1] fails with DLOCK_KIND.
+-- latch's. A released lock (no holder, reader or live waiter), whose key
+-- keeps only its kind and token memory, reads as no key, whatever kind the
+-- caller expects: a lock of any kind may take its name (take_over). A key
+-- of another kind than ARGV[1] fails with DLOCK_KIND.
 --#include lib.lua
 local K = KEYS[1]
 local MQ, MQE, RL, RC, H, C, SQ, SQE = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -30,12 +33,23 @@ if not kind then
   end
   return {'', '', 0, {}, -1, 0, 0}
 end
+local now = now_ms()
+local holders = {}
+
+local function live_count(Z)
+  local n = redis.pcall('ZCOUNT', Z, '(' .. now, '+inf')
+  if type(n) ~= 'number' then
+    return 0
+  end
+  return n
+end
+
+if lock_kinds[kind] and not v[2] and live_count(MQE) == 0 and (kind ~= 'rwlock' or live_count(RL) == 0) then
+  return {'', v[4] or '', 0, {}, -1, 0, 0}
+end
 if want ~= '' and kind ~= want then
   return foreign(K, a(kind))
 end
-
-local now = now_ms()
-local holders = {}
 
 -- Live members of a lease zset (scored by expiry), with their counts in CH.
 local function members(Z, CH, read)
@@ -50,14 +64,6 @@ local function members(Z, CH, read)
     holders[#holders + 1] = n
     holders[#holders + 1] = read
   end
-end
-
-local function live_count(Z)
-  local n = redis.pcall('ZCOUNT', Z, '(' .. now, '+inf')
-  if type(n) ~= 'number' then
-    return 0
-  end
-  return n
 end
 
 local total, free, count = -1, 0, 0

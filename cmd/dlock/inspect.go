@@ -24,7 +24,7 @@ var statusCommand = &command{
 	about: `Show what NAME holds: its kind (mutex, reentrant, rwmutex, semaphore, latch, election),
 its holders (the name of the holding process's client and what its lease has left), the
 fencing token of the current or last hold, and how many wait. A name that holds nothing
-exits 1.`,
+exits 1, and so does a lock nobody holds or waits for: a released lock keeps nothing.`,
 	define: defineJSON,
 	run:    statusMain,
 }
@@ -46,8 +46,9 @@ var unlockCommand = &command{
 	summary: "[--redis URL] --force NAME",
 	about: `Release the lock called NAME (a mutex, reentrant or rwmutex), whoever holds it, and hand it
 to the first waiter. The holder learns it at its next renewal; a dlock run holding it then
-stops its command and exits 70. A name that holds nothing, or holds a semaphore or latch,
-exits 1; a lock nobody holds exits 0.`,
+stops its command and exits 70. A name that holds nothing (a released lock keeps nothing),
+or holds a semaphore or latch, exits 1; a lock that waiters wait for while nobody holds it
+(its holder crashed, and the first waiter's turn has not come) exits 0.`,
 	define: func(fs *flag.FlagSet) { fs.Bool("force", false, "release the lock whoever holds it (required)") },
 	run:    unlockMain,
 }

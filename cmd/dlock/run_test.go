@@ -255,9 +255,14 @@ func TestRunToken(t *testing.T) {
 			t.Fatalf("tokens do not strictly increase: %v", tokens)
 		}
 	}
-	st := getStatus(t, h, "tok")
-	if st.Token != tokens[len(tokens)-1] {
-		t.Fatalf("status token %d, want the last run's %d", st.Token, tokens[len(tokens)-1])
+	// Released, the lock is no longer shown by status (exit 1); its token
+	// memory still answers a handle's Status.
+	if code, _, _ := h.run("status", "tok"); code != 1 {
+		t.Fatalf("status of the released lock: exit %d, want 1", code)
+	}
+	st, err := h.client().Mutex("tok").Status(ctxFor(t, 5*time.Second))
+	if err != nil || st.Token != tokens[len(tokens)-1] {
+		t.Fatalf("status token %d (%v), want the last run's %d", st.Token, err, tokens[len(tokens)-1])
 	}
 }
 
@@ -388,8 +393,8 @@ func TestSignalsForwarded(t *testing.T) {
 			if got := strings.TrimSpace(readFile(t, marker)); got != sigName {
 				t.Fatalf("the command got %q, want %s", got, sigName)
 			}
-			if st := getStatus(t, h, name); len(st.Holders) != 0 {
-				t.Fatalf("still held after dlock exited: %+v", st.Holders)
+			if code, stdout, _ := h.run("status", name); code != 1 {
+				t.Fatalf("still held after dlock exited: exit %d:\n%s", code, stdout)
 			}
 			ok, err := h.client().Mutex(name).TryLock(ctxFor(t, 5*time.Second))
 			if err != nil || !ok {
@@ -565,8 +570,18 @@ func TestStatusAndList(t *testing.T) {
 	if code := waiter.wait(10 * time.Second); code != 0 {
 		t.Fatalf("waiter: exit %d; stderr:\n%s", code, waiter.stderr())
 	}
-	if st := getStatus(t, h, "insp-a"); len(st.Holders) != 0 || st.Waiting != 0 || st.Token <= token {
-		t.Fatalf("after both runs: %+v", st)
+	// Released, the lock keeps nothing that status or unlock reports: both
+	// say so (exit 1), as for a name never used, and the library still
+	// knows its last token.
+	if code, _, stderr := h.run("status", "--json", "insp-a"); code != 1 || !strings.Contains(stderr, `"insp-a"`) {
+		t.Errorf("status of a released lock: exit %d, stderr %q", code, stderr)
+	}
+	if code, _, stderr := h.run("unlock", "--force", "insp-a"); code != 1 || !strings.Contains(stderr, `"insp-a"`) {
+		t.Errorf("unlock of a released lock: exit %d, stderr %q", code, stderr)
+	}
+	last, err := h.client().Mutex("insp-a").Status(ctxFor(t, 5*time.Second))
+	if err != nil || last.Held() || last.Waiting != 0 || last.Token <= token {
+		t.Fatalf("after both runs: %+v, %v", last, err)
 	}
 }
 
