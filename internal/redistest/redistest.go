@@ -233,18 +233,27 @@ func (s *Server) Stop() {
 // an empty dataset and an empty script cache.
 func (s *Server) Restart(tb testing.TB) {
 	tb.Helper()
+	if err := s.RestartProcess(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// RestartProcess is Restart for a caller without a testing.TB (the torture
+// command): it stops a real server and starts a fresh, empty one on the
+// same port.
+func (s *Server) RestartProcess() error {
 	if s.mini != nil {
-		tb.Fatal("Restart needs a real redis-server")
+		return fmt.Errorf("restart needs a real redis-server")
 	}
 	s.Stop()
 	var err error
 	for range 50 { // the port may linger briefly after the kill
 		if err = s.start(); err == nil {
-			return
+			return nil
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	tb.Fatalf("restart redis-server: %v", err)
+	return fmt.Errorf("restart redis-server: %w", err)
 }
 
 // Shared is one server for a whole test package, started on first use and

@@ -1,0 +1,53 @@
+package torture
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/torture/check"
+	"github.com/dlock-go/dlock/internal/torture/history"
+)
+
+func TestMain(m *testing.M) {
+	if IsWorker() { // the test binary runs again as each worker
+		os.Exit(WorkerMain())
+	}
+	os.Exit(m.Run())
+}
+
+func needRedis(t *testing.T) {
+	t.Helper()
+	if !redistest.Available() {
+		if os.Getenv(redistest.RequireEnv) == "1" {
+			t.Fatalf("redis-server not on PATH and %s=1", redistest.RequireEnv)
+		}
+		t.Skip("needs redis-server on PATH")
+	}
+}
+
+// The suite must catch a client that is never told its hold was lost: with
+// its connections partitioned past the lease, such a holder goes on
+// holding, and the next holder's grant overlaps its hold.
+func TestTorture_HolderNeverToldOfLoss_Caught(t *testing.T) {
+	needRedis(t)
+	cfg := DefaultConfig()
+	cfg.Duration, cfg.Quiet, cfg.Seed = 12*time.Second, time.Second, 7
+	cfg.Workers, cfg.Goroutines, cfg.Names = 3, 3, 1
+	cfg.Lease = 500 * time.Millisecond
+	cfg.Prims = []string{history.MutexNoCohort}
+	cfg.Faults = []string{FaultPartition}
+	cfg.OutDir = t.TempDir()
+	cfg.BreakLost = true
+	res, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(res.Report.String())
+	for _, name := range []string{check.LostBeforeAcquired, check.Linearizability} {
+		if r := res.Report.Result(name); r == nil || len(r.Violations) == 0 {
+			t.Errorf("%s found nothing in a run whose holders were never told of their loss", name)
+		}
+	}
+}
