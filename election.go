@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -150,47 +151,174 @@ func (e *Election) leader(ctx context.Context) (leaderInfo, error) {
 // Observe returns a channel that delivers the value of each new leader
 // (each term, and each value a leader publishes anew), starting with the
 // current one, if any, until ctx ends or the Client closes; then it is
-// closed. It does not poll: it is woken by the notice each new leader
-// publishes, and looks again on its own only when the leader's lease ends
-// (a leader that died), or every so often while nobody leads, in case a
-// notice was missed. Values are delivered in order; a slow reader delays
-// the next one, and never misses the latest.
+// closed, even if nobody reads it. It does not poll: it is woken by the
+// notice each new leader publishes, and looks again when its subscription
+// to those notices is confirmed (at first, and after every reconnect, since
+// a notice may have been missed meanwhile), when the leader's lease ends (a
+// leader that died), or every so often while nobody leads. Values are
+// delivered in order; a slow reader delays the next one, and never misses
+// the latest.
 func (e *Election) Observe(ctx context.Context) <-chan string {
 	out := make(chan string)
-	m := e.m
-	if m.usable() != nil {
+	if e.m.usable() != nil {
 		close(out)
 		return out
 	}
-	go func() {
-		defer close(out)
-		var last leaderInfo
-		look := func() (bool, time.Duration, error) {
-			li, err := e.leader(detach(ctx))
-			if err != nil {
-				// Redis unreachable: look again after a while.
-				return false, m.c.markLease(), nil
+	go e.observe(ctx, out)
+	return out
+}
+
+// observe runs an Observe, waiting as wait.go's protocol does, but with two
+// places in the Client's registry of waiters, as no single one gets every
+// wake-up it needs:
+//
+//   - notices, an observer: only a new leader's notice wakes it, and no
+//     release's wake-up, which is meant for campaigners, ever picks it;
+//   - looks, a waiter the registry takes as woken for good, since it never
+//     acts on its wake-ups (waitRegistry.attempt): counted wake-ups (a
+//     release's, or one that a waiter leaving passes on) pass it over, so
+//     only the wake-ups of every waiter of the channel reach it, among them
+//     the subscription's confirmation, first and after every reconnect,
+//     which observers do not get.
+//
+// Both are woken when the Client closes, so the goroutine ends then even
+// while it waits for its reader. Only looks is relied on for that: attempt
+// may consume a close pending on notices.
+func (e *Election) observe(ctx context.Context, out chan<- string) {
+	defer close(out)
+	m, c := e.m, e.m.c
+	notices, err := c.waits.join(m.channel, waitAs{kind: kindObserver})
+	if err != nil {
+		return
+	}
+	defer c.waits.leave(notices, true) // a notice wakes every observer: nothing to pass on
+	lookID := c.waiterID()
+	looks, err := c.waits.join(m.channel, waitAs{id: lookID})
+	if err != nil {
+		return
+	}
+	// Woken now by its ID, looks stays woken; so, leaving, it has no
+	// wake-up of anyone else's to pass on.
+	c.waits.wake(m.channel, wakeSpec{ids: []string{lookID}}, wakeSubscribed)
+	defer c.waits.leave(looks, true)
+	if why := <-looks.wake; why == wakeClosed {
+		return
+	}
+	sctx, cancel := context.WithTimeout(detach(ctx), subscribeTimeout)
+	_, err = c.hub.Acquire(sctx, m.channel)
+	cancel()
+	if err != nil {
+		return
+	}
+	defer c.hub.Release(m.channel)
+	attrs := c.tel.metricAttrs(kindElectionName+"_observer", "", m.name)
+	c.tel.waiters.Add(context.Background(), 1, attrs)
+	defer c.tel.waiters.Add(context.Background(), -1, attrs)
+
+	o := observer{e: e, ctx: ctx, out: out, notices: notices, looks: looks, timer: time.NewTimer(time.Hour)}
+	defer o.timer.Stop()
+	for {
+		// A wake-up that comes during the look is kept for the next one.
+		c.waits.attempt(notices)
+		select {
+		case why := <-looks.wake:
+			if why == wakeClosed {
+				return
 			}
-			if li.id != "" && (li.id != last.id || li.value != last.value) {
-				select {
-				case out <- li.value:
-					last = li
-				case <-ctx.Done():
-					return false, 0, ctx.Err()
-				}
-			}
-			if li.id == "" {
-				return false, m.c.markLease(), nil
-			}
-			return false, li.left, nil
+		default:
 		}
-		if _, _, err := look(); err != nil {
+		next, woken, ok := o.look()
+		if !ok {
 			return
 		}
-		as := waitAs{kind: kindObserver, id: m.c.waiterID(), metric: kindElectionName + "_observer"}
-		_ = m.c.wait(ctx, "observe", m.name, m.channel, as, 0, look)
-	}()
-	return out
+		if !woken && !o.sleep(next) {
+			return
+		}
+	}
+}
+
+// observer is one Observe's state between its looks.
+type observer struct {
+	e              *Election
+	ctx            context.Context
+	out            chan<- string
+	notices, looks *waiter
+	timer          *time.Timer
+	last           leaderInfo // the leader last delivered
+	looked         int        // looks so far, for the wake-up events
+}
+
+// look reads the leader and delivers it if it is new. It returns when to
+// look again at the latest, whether a wake-up came while it waited for the
+// reader (then it must look again at once), and false when the Observe
+// ends.
+func (o *observer) look() (next time.Duration, woken, ok bool) {
+	c := o.e.m.c
+	o.looked++
+	li, err := o.e.leader(detach(o.ctx))
+	switch {
+	case errors.Is(err, ErrClosed):
+		return 0, false, false
+	case err != nil || li.id == "":
+		return c.markLease(), false, true // nobody leads, or Redis unreachable: look again after a while
+	case li.id == o.last.id && li.value == o.last.value:
+		return c.retryAfter(li.left), false, true
+	}
+	for {
+		select {
+		case o.out <- li.value:
+			o.last = li
+			return c.retryAfter(li.left), woken, true
+		case <-o.ctx.Done():
+			return 0, false, false
+		case why := <-o.looks.wake:
+			woken = true
+			if why == wakeClosed {
+				return 0, false, false
+			}
+		case why := <-o.notices.wake:
+			woken = true
+			if why == wakeClosed {
+				return 0, false, false
+			}
+		}
+	}
+}
+
+// sleep waits for a wake-up, or for d, and reports false when the Observe
+// ends instead.
+func (o *observer) sleep(d time.Duration) bool {
+	c := o.e.m.c
+	at := time.Now().Add(d)
+	o.timer.Reset(d)
+	for {
+		select {
+		case why := <-o.notices.wake:
+			if why == wakeRetime {
+				// The lock changed hands: look again when the new hold
+				// ends, if that comes first.
+				if r := c.waits.retimed(o.notices).Add(time.Millisecond); r.Before(at) {
+					at = r
+					o.timer.Reset(time.Until(at))
+				}
+				continue
+			}
+			if why == wakeClosed {
+				return false
+			}
+			wokeUp(o.ctx, wakeReasonNames[why], o.looked+1)
+		case why := <-o.looks.wake:
+			if why == wakeClosed {
+				return false
+			}
+			wokeUp(o.ctx, wakeReasonNames[why], o.looked+1)
+		case <-o.timer.C:
+			wokeUp(o.ctx, "timer", o.looked+1)
+		case <-o.ctx.Done():
+			return false
+		}
+		return true
+	}
 }
 
 // Token returns the fencing token of the handle's leadership (its term), or
