@@ -159,10 +159,11 @@ func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
 // Acquire blocks until it holds n permits, ctx ends, or the Client closes,
 // and returns them as a Permit to Release. Requests are served in arrival
 // order (see Semaphore); a request for more than the total waits until the
-// total is raised, holding nobody back meanwhile. Acquire(ctx, 0) returns a Permit of no permits at once,
-// without asking Redis. When ctx ends first it returns an error matching
-// both ErrNotObtained and ctx.Err(), leaves the queue, and takes nothing;
-// the error says so when the total was never set (see Semaphore).
+// total is raised, holding nobody back meanwhile. Acquire(ctx, 0) returns a
+// Permit of no permits at once, without asking Redis. When ctx ends first
+// it returns an error matching both ErrNotObtained and ctx.Err(), leaves
+// the queue, and takes nothing; the error says so when the total was never
+// set (see Semaphore).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Acquire", "acquire")
 	defer func() { sp.endAcquire(err, err == nil, true) }()
