@@ -1,7 +1,6 @@
 package dlock
 
 import (
-	"container/heap"
 	"fmt"
 	"sync"
 	"time"
@@ -53,18 +52,18 @@ func (w *watchdog) loop(kick chan struct{}, step func() (time.Duration, bool)) {
 }
 
 // expire ends every lease whose deadline has passed and returns how long
-// until the next deadline (0: none). A lease being released is left to its
-// release, out of the heap until the release settles.
+// until the next deadline (0: none). A lease being released ends too: the
+// release may never reach Redis (a partition, a stalled server), and the
+// server may let the lease go and grant it to someone else from the
+// deadline on, so its holder must hear of it then, not when the release's
+// reply comes. A release that then succeeds returns the loss (see
+// watchdog.released).
 func (w *watchdog) expire() time.Duration {
 	w.mu.Lock()
 	defer w.unlockAsync()
 	now := w.mono(time.Now())
 	for w.deadlines.Len() > 0 && w.deadlines[0].deadline <= now {
 		l := w.deadlines[0]
-		if l.releasing {
-			heap.Pop(&w.deadlines)
-			continue
-		}
 		w.endLocked(l, leaseLost, w.expiredCause(l))
 	}
 	if w.deadlines.Len() == 0 {

@@ -354,7 +354,7 @@ func TestCluster_Renewals_SlotMigratedMidHold_MovedHoldsStillRenewed(t *testing.
 	migrate := func(names []string) {
 		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
 		for _, n := range names {
-			args = append(args, key(n))
+			args = append(args, key(n), key(n)+":f") // the lock and its token memory
 		}
 		require.NoError(t, nodes[src].Do(ctx, args...).Err())
 	}

@@ -514,7 +514,7 @@ func TestMutexCohort_AcrossHandlesOfOneClient(t *testing.T) {
 				assert.Equal(t, tc.local, second == first+1, "tokens %d then %d", first, second)
 				assert.Zero(t, h.Token(), "the handle that passed the hold on holds nothing")
 				require.NoError(t, w.Unlock(ctx))
-				st, err := c.Status(ctx, n)
+				st, err := c.Mutex(n).Status(ctx)
 				require.NoError(t, err)
 				require.False(t, st.Held(), "the local holder's Unlock released the lock in Redis")
 			}

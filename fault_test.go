@@ -351,3 +351,45 @@ func TestFault_FailedUnlock_StopsRenewalsSoTheKeyExpiresByItsLease(t *testing.T)
 	h.armed.Store(false)
 	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost, "a retried Unlock finds the hold gone")
 }
+
+// An Unlock that cannot reach Redis must not hold back Lost: the hold's
+// deadline passes while the release is in flight, and the holder (Lost,
+// its hold context) must hear of it then, before another Client can hold
+// the lock, not when the Unlock's reply finally comes. Found by the torture
+// suite: a holder that called Unlock into a partition learned of its loss
+// 1.7 s after another Client held the lock.
+func TestFault_UnlockInFlightPastTheDeadline_LostStillFiresFirst(t *testing.T) {
+	e := realEnv(t)
+	const timeout = 600 * time.Millisecond
+	rdb, proxy := e.proxied()
+	holder := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
+	other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	m := holder.Mutex(n)
+	require.NoError(t, m.Lock(ctx))
+	hctx, stop := m.HoldContext(context.Background())
+	defer stop()
+	ended := endedAt(hctx)
+	lost := m.Lost()
+
+	proxy.Partition()
+	start := time.Now()
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- m.Unlock(ctx) }() // stuck in the partition
+	otherHeld := <-lockAt(t, ctx, other.Mutex(n))
+	require.False(t, otherHeld.IsZero())
+	select {
+	case <-lost:
+	default:
+		t.Fatalf("another Client held the lock %v after the partition, and the holder's Lost had not fired", otherHeld.Sub(start))
+	}
+	require.False(t, ended().IsZero(), "the hold context was not cancelled")
+	assert.True(t, ended().Before(otherHeld), "the holder learned of its loss only after another Client held the lock")
+	t.Logf("holder told at %v, other Client held at %v", ended().Sub(start).Round(time.Millisecond), otherHeld.Sub(start).Round(time.Millisecond))
+
+	proxy.Heal()
+	assert.ErrorIs(t, <-unlocked, dlock.ErrLost, "the Unlock that was in flight")
+	_, err := other.Mutex(n).ForceUnlock(ctx)
+	require.NoError(t, err)
+}

@@ -96,9 +96,10 @@ func (w *watchdog) dispatch() (time.Duration, bool) {
 			case l.state != leaseHeld || !l.renew:
 			case t > w.tickOf(now+int64(l.ttl/12)):
 				kept = append(kept, l) // not due within a quarter of its period yet
-			case l.releasing:
-				kept = append(kept, l) // the release may fail and the hold go on
 			default:
+				// A hold being released is renewed too: its release may take
+				// long (a slow network) or fail, and the renewal script renews
+				// nothing that is no longer ours.
 				l.renewing = true
 				round = append(round, l)
 			}
@@ -250,8 +251,6 @@ func (w *watchdog) settleRenewals(r renewResult) {
 					failedN++
 				}
 				w.schedule(l, now+1) // the next tick
-			case l.releasing:
-				w.schedule(l, sent+int64(l.ttl/3))
 			case res[j] == 1:
 				if isHold {
 					renewed++
@@ -263,6 +262,10 @@ func (w *watchdog) settleRenewals(r renewResult) {
 						heap.Fix(&w.deadlines, l.idx)
 					}
 				}
+				w.schedule(l, sent+int64(l.ttl/3))
+			case l.releasing:
+				// Gone: most likely its release, in flight, took it. The
+				// release says which.
 				w.schedule(l, sent+int64(l.ttl/3))
 			default:
 				if isHold {

@@ -167,8 +167,8 @@ func kick(ch chan struct{}) {
 }
 
 // beginRelease marks l as being released, so that a renewal racing the
-// release script does not report the hold lost, and the clock leaves its
-// end to the release.
+// release script does not report the hold lost. Its deadline still holds:
+// see expire.
 func (w *watchdog) beginRelease(l *lease) {
 	w.mu.Lock()
 	l.releasing = true
