@@ -168,42 +168,20 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 	return out
 }
 
-// observe runs an Observe, waiting as wait.go's protocol does, but with two
-// places in the Client's registry of waiters, as no single one gets every
-// wake-up it needs:
-//
-//   - notices, an observer: only a new leader's notice wakes it, and no
-//     release's wake-up, which is meant for campaigners, ever picks it;
-//   - looks, a waiter the registry takes as woken for good, since it never
-//     acts on its wake-ups (waitRegistry.attempt): counted wake-ups (a
-//     release's, or one that a waiter leaving passes on) pass it over, so
-//     only the wake-ups of every waiter of the channel reach it, among them
-//     the subscription's confirmation, first and after every reconnect,
-//     which observers do not get.
-//
-// Both are woken when the Client closes, so the goroutine ends then even
-// while it waits for its reader. Only looks is relied on for that: attempt
-// may consume a close pending on notices.
+// observe runs an Observe, waiting as wait.go's protocol does, as an
+// observer: only a new leader's notice wakes it, and the subscription's
+// confirmation (first, and after every reconnect, since a notice may have
+// been missed meanwhile), and the Client's close, which ends it even while
+// it waits for its reader. No release's wake-up, meant for campaigners,
+// ever picks it.
 func (e *Election) observe(ctx context.Context, out chan<- string) {
 	defer close(out)
 	m, c := e.m, e.m.c
-	notices, err := c.waits.join(m.channel, waitAs{kind: kindObserver})
+	w, err := c.waits.join(m.channel, waitAs{kind: kindObserver})
 	if err != nil {
 		return
 	}
-	defer c.waits.leave(notices, true) // a notice wakes every observer: nothing to pass on
-	lookID := c.waiterID()
-	looks, err := c.waits.join(m.channel, waitAs{id: lookID})
-	if err != nil {
-		return
-	}
-	// Woken now by its ID, looks stays woken; so, leaving, it has no
-	// wake-up of anyone else's to pass on.
-	c.waits.wake(m.channel, wakeSpec{ids: []string{lookID}}, wakeSubscribed)
-	defer c.waits.leave(looks, true)
-	if why := <-looks.wake; why == wakeClosed {
-		return
-	}
+	defer c.waits.leave(w, true) // a notice wakes every observer: nothing to pass on
 	sctx, cancel := context.WithTimeout(detach(ctx), subscribeTimeout)
 	_, err = c.hub.Acquire(sctx, m.channel)
 	cancel()
@@ -215,18 +193,12 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 	c.tel.waiters.Add(context.Background(), 1, attrs)
 	defer c.tel.waiters.Add(context.Background(), -1, attrs)
 
-	o := observer{e: e, ctx: ctx, out: out, notices: notices, looks: looks, timer: time.NewTimer(time.Hour)}
+	o := observer{e: e, ctx: ctx, out: out, w: w, timer: time.NewTimer(time.Hour)}
 	defer o.timer.Stop()
 	for {
-		// A wake-up that comes during the look is kept for the next one.
-		c.waits.attempt(notices)
-		select {
-		case why := <-looks.wake:
-			if why == wakeClosed {
-				return
-			}
-		default:
-		}
+		// A wake-up that comes during the look is kept for the next one;
+		// the Client's close is never consumed here.
+		c.waits.attempt(w)
 		next, woken, ok := o.look()
 		if !ok {
 			return
@@ -239,13 +211,13 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 
 // observer is one Observe's state between its looks.
 type observer struct {
-	e              *Election
-	ctx            context.Context
-	out            chan<- string
-	notices, looks *waiter
-	timer          *time.Timer
-	last           leaderInfo // the leader last delivered
-	looked         int        // looks so far, for the wake-up events
+	e      *Election
+	ctx    context.Context
+	out    chan<- string
+	w      *waiter // its place in the Client's registry of waiters
+	timer  *time.Timer
+	last   leaderInfo // the leader last delivered
+	looked int        // looks so far, for the wake-up events
 }
 
 // look reads the leader and delivers it if it is new. It returns when to
@@ -271,12 +243,7 @@ func (o *observer) look() (next time.Duration, woken, ok bool) {
 			return c.retryAfter(li.left), woken, true
 		case <-o.ctx.Done():
 			return 0, false, false
-		case why := <-o.looks.wake:
-			woken = true
-			if why == wakeClosed {
-				return 0, false, false
-			}
-		case why := <-o.notices.wake:
+		case why := <-o.w.wake:
 			woken = true
 			if why == wakeClosed {
 				return 0, false, false
@@ -293,21 +260,16 @@ func (o *observer) sleep(d time.Duration) bool {
 	o.timer.Reset(d)
 	for {
 		select {
-		case why := <-o.notices.wake:
+		case why := <-o.w.wake:
 			if why == wakeRetime {
 				// The lock changed hands: look again when the new hold
 				// ends, if that comes first.
-				if r := c.waits.retimed(o.notices).Add(time.Millisecond); r.Before(at) {
+				if r := c.waits.retimed(o.w).Add(time.Millisecond); r.Before(at) {
 					at = r
 					o.timer.Reset(time.Until(at))
 				}
 				continue
 			}
-			if why == wakeClosed {
-				return false
-			}
-			wokeUp(o.ctx, wakeReasonNames[why], o.looked+1)
-		case why := <-o.looks.wake:
 			if why == wakeClosed {
 				return false
 			}

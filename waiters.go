@@ -113,7 +113,10 @@ func (r *waitRegistry) attempt(w *waiter) (granted bool) {
 	w.local = false // it tries in Redis now, and queues there
 	w.woken = false
 	select {
-	case <-w.wake:
+	case why := <-w.wake:
+		if why == wakeClosed {
+			w.wake <- why // closing stays for the wait to see
+		}
 	default:
 	}
 	return false
@@ -221,8 +224,10 @@ func (r *waitRegistry) wakeOwner(channel, owner string) {
 func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) int {
 	woke := 0
 	for w := q.head; w != nil && (spec.n <= 0 || woke < spec.n); w = w.next {
+		// Observers take only their own notices, and the subscription's
+		// confirmations: a notice may have been missed before them.
 		if spec.kind != kindAny && w.kind != spec.kind || w.woken && spec.n > 0 ||
-			w.kind == kindObserver && spec.kind != kindObserver {
+			w.kind == kindObserver && spec.kind != kindObserver && why != wakeSubscribed {
 			continue
 		}
 		w.signal(why)
