@@ -85,9 +85,11 @@ func (h *handle) newAcquisition(ctx context.Context, p acquirer, op string, bloc
 func (a *acquisition) run() (bool, error) {
 	c := a.h.c
 	var left time.Duration
-	c.warmOnce.Do(c.renewals.prepare) // alongside the first try: see renewals
+	warm := c.warmUp()
+	defer warm()
 	if !a.as.local && (!a.block || !c.waits.has(a.h.channel)) {
 		ok, l, err := a.p.try(a)
+		warm()
 		if err != nil || ok || !a.block {
 			return ok, err
 		}

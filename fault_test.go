@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -392,4 +394,90 @@ func TestFault_UnlockInFlightPastTheDeadline_LostStillFiresFirst(t *testing.T) {
 	assert.ErrorIs(t, <-unlocked, dlock.ErrLost, "the Unlock that was in flight")
 	_, err := other.Mutex(n).ForceUnlock(ctx)
 	require.NoError(t, err)
+}
+
+// dialOrder records when each connection is dialled, and when the first
+// script call's reply came.
+type dialOrder struct {
+	mu     sync.Mutex
+	dials  []time.Time
+	script time.Time // the first script call's reply
+	begun  time.Time // when that call was sent
+}
+
+func (h *dialOrder) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		h.mu.Lock()
+		h.dials = append(h.dials, time.Now())
+		h.mu.Unlock()
+		return next(ctx, network, addr)
+	}
+}
+
+func (h *dialOrder) scripted(cmds []redis.Cmder, begun time.Time) {
+	for _, c := range cmds {
+		if n := c.Name(); n == "evalsha" || n == "eval" {
+			h.mu.Lock()
+			if h.script.IsZero() {
+				h.script, h.begun = time.Now(), begun
+			}
+			h.mu.Unlock()
+			return
+		}
+	}
+}
+
+func (h *dialOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		begun := time.Now()
+		err := next(ctx, cmd)
+		h.scripted([]redis.Cmder{cmd}, begun)
+		return err
+	}
+}
+
+func (h *dialOrder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		begun := time.Now()
+		err := next(ctx, cmds)
+		h.scripted(cmds, begun)
+		return err
+	}
+}
+
+// A fresh Client's first TryLock runs alone: the warm-ups of its renewal
+// connections start once its reply is in, not beside it, where four
+// connection set-ups competed with it for the CPU and the server (issue 22,
+// defect 11: 1.5-5.7 ms on loopback against a cold PING's 0.65 ms). They
+// still start, so that renewals find warm connections.
+func TestMutex_FreshClientsFirstTry_RunsBeforeTheWarmUps(t *testing.T) {
+	e := realEnv(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	for round := range 5 {
+		h := &dialOrder{}
+		rdb := e.rdb(h)
+		c := e.client(rdb)
+		m := c.Mutex(name(t))
+		ok, err := m.TryLock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Eventually(t, func() bool {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return len(h.dials) >= 1+dlock.WarmConns
+		}, 5*time.Second, time.Millisecond, "the renewal connections were never warmed")
+		h.mu.Lock()
+		before := 0
+		for _, d := range h.dials {
+			if d.Before(h.script) {
+				before++
+			}
+		}
+		took := h.script.Sub(h.begun)
+		h.mu.Unlock()
+		if took < 5*time.Millisecond { // warm-ups start beside a try that takes longer
+			assert.Equal(t, 1, before, "round %d: connections dialled before the first try's reply (%v)", round, took)
+		}
+		require.NoError(t, m.Unlock(ctx))
+	}
 }
