@@ -98,7 +98,7 @@ func (w *watchdog) beginExtend(ctx context.Context, l *lease) error {
 			return ErrNotHeld
 		}
 		l.renew = false
-		if !l.renewing {
+		if l.renewing == 0 {
 			w.mu.Unlock()
 			return nil
 		}

@@ -31,7 +31,8 @@ type lease struct {
 	deadline  int64 // after this the server may have let it go: see leaseDeadline
 	idx       int   // index in the deadline heap; -1 when out of it
 	releasing bool  // a release is in flight: a missing key is expected
-	renewing  bool  // a renewal of it is queued or in flight
+	renewing  int   // renewals of it queued or in flight
+	next      int64 // the tick of the renewal schedule it is due at; entries for other ticks are stale
 	state     leaseState
 }
 

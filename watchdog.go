@@ -18,11 +18,12 @@ import (
 //     and the holder's Lost channel and hold context;
 //   - the renewer sends renewals on a fixed-rate schedule: each renewable
 //     lease is renewed once a period (a third of its lease: the watchdog
-//     timeout for holds, markLease for waiting marks) after the renewal
-//     that last renewed it was sent, in batches of renewBatch keys per
-//     script call; renewSenders goroutines send them, earliest deadline
+//     timeout for holds, markLease for waiting marks; a little less when
+//     round trips are long, see period) after its last renewal went out,
+//     whether or not that one's reply is in, in batches of renewBatch keys
+//     per script call; renewSenders goroutines send them, earliest deadline
 //     first, and none waits for another's reply, so a slow renewal delays
-//     no other lease's;
+//     no other renewal, of its lease or any other;
 //   - the reporter records ends in telemetry and logs, and wakes waiters
 //     whose marks were lost.
 //
@@ -68,6 +69,7 @@ type watchdog struct {
 	settled chan struct{} // guarded by mu: made by an Extend waiting for a renewal in flight, closed when renewals settle
 
 	sentCalls atomic.Int64 // renewal script calls sent
+	rtt       atomic.Int64 // renewal requests' round trip, ns (see sampleRTT)
 }
 
 // ending is an end of a lease to report once the watchdog's mutex is
