@@ -157,7 +157,7 @@ func (a *acquisition) fresh() error {
 func (a *acquisition) sending() (markTTL time.Duration) {
 	a.sent, a.grantTTL = time.Now(), 0
 	if a.block {
-		markTTL = a.h.c.markLease()
+		markTTL = a.h.markLease()
 	}
 	return markTTL
 }
@@ -204,7 +204,7 @@ func (a *acquisition) refused(holder string, left time.Duration, queued, anew bo
 		return false, left, nil
 	}
 	id := a.as.id
-	m := newMark(markKey, extra, spec, c.markLease(), a.sent, func() {
+	m := newMark(markKey, extra, spec, a.h.markLease(), a.sent, func() {
 		// The place is gone: the lock was handed over (then a try takes it)
 		// or the place was purged (then a try queues again).
 		c.waits.wake(a.h.channel, wakeSpec{ids: []string{id}}, wakeLocal)

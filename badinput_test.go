@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,11 +40,44 @@ func TestBadInput_ClearErrorAndNothingSent(t *testing.T) {
 		}},
 		{"negative watchdog timeout", func() error { return dlock.New(rdb, dlock.WithWatchdogTimeout(-time.Second)).Mutex("ok").Lock(ctx) }},
 		{"prefix with brace", func() error { return dlock.New(rdb, dlock.WithKeyPrefix("a{b")).Mutex("ok").Lock(ctx) }},
+		// Leases and timeouts that could never be granted, or kept, and names
+		// too long to be keys: refused at once, naming the bound (issue 23).
+		{"lease below the minimum: dlock.MinLease", func() error { return c.Mutex("ok", dlock.WithLease(time.Millisecond)).Lock(ctx) }},
+		{"lease above the maximum: dlock.MaxLease", func() error { return c.Mutex("ok", dlock.WithLease(dlock.MaxLease+time.Second)).Lock(ctx) }},
+		{"watchdog timeout below the minimum: dlock.MinLease", func() error {
+			return dlock.New(rdb, dlock.WithWatchdogTimeout(time.Millisecond)).Mutex("ok").Lock(ctx)
+		}},
+		{"watchdog timeout of math.MaxInt64: dlock.MaxLease", func() error {
+			return dlock.New(rdb, dlock.WithWatchdogTimeout(time.Duration(1<<63-1))).Mutex("ok").Lock(ctx)
+		}},
+		{"renewed lease below the minimum: dlock.MinLease", func() error {
+			return c.Election("ok", dlock.WithRenewedLease(5*time.Millisecond)).Campaign(ctx, "v")
+		}},
+		{"fixed and renewed lease together: WithLease and WithRenewedLease", func() error {
+			return c.Mutex("ok", dlock.WithLease(time.Second), dlock.WithRenewedLease(time.Second)).Lock(ctx)
+		}},
+		{"permit lease below the minimum: dlock.MinLease", func() error {
+			_, err := c.Semaphore("ok", dlock.WithPermitLease(time.Millisecond)).Acquire(ctx, 1)
+			return err
+		}},
+		{"renewed permit lease above the maximum: dlock.MaxLease", func() error {
+			_, err := c.Semaphore("ok", dlock.WithRenewedPermitLease(dlock.MaxLease*2)).Acquire(ctx, 1)
+			return err
+		}},
+		{"fixed and renewed permit lease together: WithPermitLease and WithRenewedPermitLease", func() error {
+			_, err := c.Semaphore("ok", dlock.WithPermitLease(time.Second), dlock.WithRenewedPermitLease(time.Second)).Acquire(ctx, 1)
+			return err
+		}},
+		{"extend below the minimum: dlock.MinLease", func() error { return c.Mutex("ok").Extend(ctx, 5*time.Millisecond) }},
+		{"name too long: dlock.MaxNameLength", func() error { return c.Mutex(strings.Repeat("n", dlock.MaxNameLength+1)).Lock(ctx) }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
 			assert.ErrorIs(t, err, dlock.ErrInvalid)
+			if _, bound, ok := strings.Cut(tc.name, ": "); ok {
+				assert.Contains(t, err.Error(), bound, "the error names the bound")
+			}
 		})
 	}
 	assert.Zero(t, cnt.total(), "bad input must send nothing to Redis")

@@ -129,7 +129,7 @@ func (x *excl) unlockCohort(ctx context.Context, id string, drop, enqueue []stri
 	c := x.h.c
 	args := []any{x.h.kind, id, c.id, x.counted}
 	if len(drop)+len(enqueue) > 0 {
-		args = append(args, millis(c.markLease()), len(drop))
+		args = append(args, millis(x.h.markLease()), len(drop))
 		for _, d := range drop {
 			args = append(args, d)
 		}

@@ -49,8 +49,8 @@ func (h *handle) extendBy(ctx context.Context, spanName string, l *hold, lease t
 	switch {
 	case err != nil:
 		return err
-	case lease < time.Millisecond:
-		return opErr(op, h.name, fmt.Sprintf("lease %v is under 1ms", lease), ErrInvalid)
+	case leaseOutOfBounds("lease", lease) != "":
+		return opErr(op, h.name, leaseOutOfBounds("lease", lease), ErrInvalid)
 	case l == nil:
 		return opErr(op, h.name, "", ErrNotHeld)
 	}

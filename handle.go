@@ -17,6 +17,7 @@ type handle struct {
 	channel string        // where releases are published
 	keys    []string      // every key of the primitive, main key first, then the channel
 	lease   time.Duration // fixed lease; 0: the watchdog renews holds
+	renewed time.Duration // the lease the watchdog renews (WithRenewedLease); 0: the Client's
 	err     error
 }
 
@@ -79,10 +80,24 @@ func (h *handle) spanLease() time.Duration {
 
 // terms returns the lease a hold gets and whether the watchdog renews it.
 func (h *handle) terms() (time.Duration, bool) {
-	if h.lease > 0 {
+	switch {
+	case h.lease > 0:
 		return time.Duration(millis(h.lease)) * time.Millisecond, false
+	case h.renewed > 0:
+		return time.Duration(millis(h.renewed)) * time.Millisecond, true
 	}
 	return h.c.watchdogLease(), true
+}
+
+// markLease is the lease of the waiting marks of callers queued through h:
+// the Client's (see Client.markLease), or a third of h's renewed lease when
+// that is shorter, so that a dead waiter holds the queue up no longer than
+// the recovery time h was given.
+func (h *handle) markLease() time.Duration {
+	if h.renewed > 0 {
+		return min(h.c.markLease(), markLease(h.renewed))
+	}
+	return h.c.markLease()
 }
 
 // watchdogLease is the lease of holds the watchdog renews, in whole

@@ -218,7 +218,7 @@ func (c *Client) ReleaseRef(ctx context.Context, ref HoldRef) (err error) {
 //
 // It returns an error matching ErrNotHeld when that hold no longer holds
 // the lock: then nothing changes, and a newer hold is never extended. A
-// lease under 1ms, or an invalid ref, is ErrInvalid.
+// lease outside [MinLease, MaxLease], or an invalid ref, is ErrInvalid.
 func (c *Client) ExtendRef(ctx context.Context, ref HoldRef, lease time.Duration) (err error) {
 	const op = "extend"
 	if err := ref.check(); err != nil {
@@ -230,8 +230,8 @@ func (c *Client) ExtendRef(ctx context.Context, ref HoldRef, lease time.Duration
 	switch {
 	case err != nil:
 		return err
-	case lease < time.Millisecond:
-		return opErr(op, ref.Name, fmt.Sprintf("lease %v is under 1ms", lease), ErrInvalid)
+	case leaseOutOfBounds("lease", lease) != "":
+		return opErr(op, ref.Name, leaseOutOfBounds("lease", lease), ErrInvalid)
 	}
 	spec := leaseSpec{specHolder, ref.ID}
 	res, err := c.script(ctx, scripts.Renew, []string{h.key}, millis(lease), spec.String()).Int64Slice()

@@ -13,6 +13,8 @@ func checkName(name string) error {
 	switch {
 	case name == "":
 		return invalidf("empty name")
+	case len(name) > MaxNameLength:
+		return invalidf("name of %d bytes, longer than the %d bytes a name may have (dlock.MaxNameLength)", len(name), MaxNameLength)
 	case strings.HasPrefix(name, "}"):
 		// p{}... would make the hash tag empty, scattering a lock's keys
 		// over several cluster slots.

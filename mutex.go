@@ -46,6 +46,7 @@ func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
 func (c *Client) newMutex(kind, name string, opts []LockOption) *Mutex {
 	lc := buildLockConfig(opts)
 	m := &Mutex{handle: c.newHandle(kind, name, lc.lease, lc.err, exclKeys...), cohort: lc.cohort}
+	m.renewed = lc.renewed
 	m.x = newExcl(&m.handle, false)
 	return m
 }
@@ -291,7 +292,8 @@ func (m *Mutex) release(ctx context.Context, l *hold) error {
 // It returns an error matching ErrNotHeld when the handle holds nothing,
 // and ErrLost when the hold was lost (then nothing changes). When Redis
 // cannot be reached the outcome is unknown, and the hold ends by the
-// earlier of its old and new leases. A lease under 1ms is ErrInvalid.
+// earlier of its old and new leases. A lease outside [MinLease, MaxLease]
+// is ErrInvalid.
 func (m *Mutex) Extend(ctx context.Context, lease time.Duration) error {
 	m.mu.Lock()
 	l := m.hold

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -15,6 +16,24 @@ const (
 	// DefaultWatchdogTimeout is the lease of a hold taken without WithLease.
 	// The watchdog renews it every third of that while the hold lasts.
 	DefaultWatchdogTimeout = 30 * time.Second
+
+	// MinLease is the shortest lease or watchdog timeout dlock accepts
+	// (WithLease, WithWatchdogTimeout, WithRenewedLease, WithPermitLease,
+	// WithRenewedPermitLease, Extend, ExtendRef). A grant must arrive with a
+	// third of its lease left, after the round trip that asked for it and a
+	// drift margin of 2ms and 1% of the lease (see Lost holds in the package
+	// docs): a shorter lease could never be granted on most networks, and
+	// a call that asks for one would try in vain until its context ended.
+	MinLease = 10 * time.Millisecond
+	// MaxLease is the longest lease or watchdog timeout dlock accepts: a
+	// year. Leases are kept in milliseconds on the server and as deadlines
+	// on the monotonic clock; a lease meant as "forever" is better a lock
+	// that is released.
+	MaxLease = 365 * 24 * time.Hour
+	// MaxNameLength is the longest name, in bytes, a primitive may have. A
+	// name is part of every key and channel of its primitive, and of error
+	// messages (which quote at most the first 128 bytes of it).
+	MaxNameLength = 1024
 
 	// renewBatch is the most keys one renewal script call carries.
 	renewBatch = 100
@@ -85,16 +104,37 @@ func WithKeyPrefix(prefix string) Option {
 
 // WithWatchdogTimeout sets the lease of holds taken without WithLease.
 // Default 30s. The watchdog renews such holds every d/3, and a hold whose
-// renewals have failed for d is reported lost. d must be positive; there is
-// no floor, but leases are kept in whole milliseconds, rounded up.
+// renewals have failed for d is reported lost. d must be between MinLease
+// and MaxLease; leases are kept in whole milliseconds, rounded up.
+// WithRenewedLease and WithRenewedPermitLease set it for one handle.
 func WithWatchdogTimeout(d time.Duration) Option {
 	return func(c *config) {
-		if d <= 0 {
-			c.err = invalidf("watchdog timeout %v is not positive", d)
+		if err := checkLease("watchdog timeout", d); err != nil {
+			c.err = err
 			return
 		}
 		c.watchdog = d
 	}
+}
+
+// checkLease refuses a lease or timeout outside [MinLease, MaxLease], with
+// an error that names the bound.
+func checkLease(what string, d time.Duration) error {
+	if why := leaseOutOfBounds(what, d); why != "" {
+		return invalidf("%s", why)
+	}
+	return nil
+}
+
+// leaseOutOfBounds says why d is not a lease dlock accepts, or "".
+func leaseOutOfBounds(what string, d time.Duration) string {
+	switch {
+	case d < MinLease:
+		return fmt.Sprintf("%s %v is below the minimum lease, %v (dlock.MinLease)", what, d, MinLease)
+	case d > MaxLease:
+		return fmt.Sprintf("%s %v is above the maximum lease, %v (dlock.MaxLease)", what, d, MaxLease)
+	}
+	return ""
 }
 
 // WithLogger sets where dlock logs lost holds, renewal failures and pub/sub
@@ -188,6 +228,7 @@ type LockOption func(*lockConfig)
 
 type lockConfig struct {
 	lease       time.Duration // 0: watchdog
+	renewed     time.Duration // WithRenewedLease; 0: the Client's watchdog timeout
 	handleOwner bool          // the handle owns holds taken without an owner in ctx
 	cohort      cohortBound   // WithCohort, or the defaults; zero: off
 	cohortSet   bool          // WithCohort or WithoutCohort given
@@ -209,16 +250,44 @@ func WithHandleOwner() LockOption {
 
 // WithLease gives every hold taken through the handle a fixed lease of d: it
 // is never renewed, and expires d after it was taken unless released first.
-// Its Lost channel closes when d has passed. d must be positive; it is kept in
-// whole milliseconds, rounded up. Without WithLease the watchdog renews the
-// hold until it is released.
+// Its Lost channel closes when d has passed. d must be between MinLease and
+// MaxLease; it is kept in whole milliseconds, rounded up. Without WithLease
+// the watchdog renews the hold until it is released. It cannot be combined
+// with WithRenewedLease.
 func WithLease(d time.Duration) LockOption {
 	return func(c *lockConfig) {
-		if d <= 0 {
-			c.err = invalidf("lease %v is not positive", d)
+		if err := checkLease("lease", d); err != nil {
+			c.err = err
 			return
 		}
 		c.lease = d
+	}
+}
+
+// WithRenewedLease gives every hold taken through the handle a lease of d
+// that the watchdog renews while the hold lasts, every d/3 (in the same
+// batched renewals as the Client's other holds), in place of the Client's
+// watchdog timeout (WithWatchdogTimeout). It is the recovery time of one
+// primitive: when a holder dies, its lock is free again, an Election elects
+// its next leader, at most about d after the holder's last renewal. A waiter
+// queued through the handle keeps its place with a mark of at most d/3, so a
+// waiter that dies holds the queue up no longer than that.
+//
+// How to choose d: the shorter it is, the sooner a dead holder's lock comes
+// back, and the more renewal traffic its holds make (3/d renewals a second
+// each, 100 to a script call), and the less a holder may stall (a long GC,
+// a slow network) before it is told its hold is lost: renewals must get
+// through within about a third of d. A few seconds suits an Election that
+// must fail over quickly on a healthy network; the Client's default, 30s,
+// suits locks held across slow work. d must be between MinLease and
+// MaxLease. It cannot be combined with WithLease.
+func WithRenewedLease(d time.Duration) LockOption {
+	return func(c *lockConfig) {
+		if err := checkLease("renewed lease", d); err != nil {
+			c.err = err
+			return
+		}
+		c.renewed = d
 	}
 }
 
@@ -312,6 +381,9 @@ func buildLockConfig(opts []LockOption) lockConfig {
 	if !lc.cohortSet {
 		lc.cohort = cohortBound{max: DefaultCohortHandoffs, maxTime: DefaultCohortTime}
 	}
+	if lc.err == nil && lc.lease > 0 && lc.renewed > 0 {
+		lc.err = invalidf("WithLease and WithRenewedLease together: a hold's lease is fixed or renewed")
+	}
 	return lc
 }
 
@@ -328,9 +400,10 @@ type SemaphoreOption interface{ applySemaphore(*semConfig) }
 type LatchOption interface{ applyLatch(*latchConfig) }
 
 type semConfig struct {
-	lease time.Duration // fixed permit lease; 0: the watchdog renews permits
-	idle  time.Duration // idle expiry of the keys; 0: they persist
-	err   error
+	lease   time.Duration // fixed permit lease; 0: the watchdog renews permits
+	renewed time.Duration // WithRenewedPermitLease; 0: the Client's watchdog timeout
+	idle    time.Duration // idle expiry of the keys; 0: they persist
+	err     error
 }
 
 // latchConfig is what a latch's options set: its idle expiry.
@@ -353,15 +426,39 @@ type semOption func(*semConfig)
 func (o semOption) applySemaphore(c *semConfig) { o(c) }
 
 // WithPermitLease gives every Permit taken through the handle a fixed lease
-// of d, never renewed. d must be positive. Without it the watchdog renews
-// permits until they are released.
+// of d, never renewed. d must be between MinLease and MaxLease. Without it
+// the watchdog renews permits until they are released.
 func WithPermitLease(d time.Duration) SemaphoreOption {
 	return semOption(func(c *semConfig) {
-		if d <= 0 {
-			c.err = invalidf("permit lease %v is not positive", d)
+		if err := checkLease("permit lease", d); err != nil {
+			c.err = err
+			return
+		}
+		if c.renewed > 0 {
+			c.err = invalidf("WithPermitLease and WithRenewedPermitLease together: a permit's lease is fixed or renewed")
 			return
 		}
 		c.lease = d
+	})
+}
+
+// WithRenewedPermitLease gives every Permit taken through the handle a lease
+// of d that the watchdog renews while the permit is held, in place of the
+// Client's watchdog timeout: a crashed holder's permits come back about d
+// after its last renewal. See WithRenewedLease for how to choose d. d must
+// be between MinLease and MaxLease. It cannot be combined with
+// WithPermitLease.
+func WithRenewedPermitLease(d time.Duration) SemaphoreOption {
+	return semOption(func(c *semConfig) {
+		if err := checkLease("renewed permit lease", d); err != nil {
+			c.err = err
+			return
+		}
+		if c.lease > 0 {
+			c.err = invalidf("WithPermitLease and WithRenewedPermitLease together: a permit's lease is fixed or renewed")
+			return
+		}
+		c.renewed = d
 	})
 }
 
@@ -374,15 +471,15 @@ type IdleExpiry time.Duration
 // renewal of a permit or of a waiter's place, keeps its keys at least d
 // from expiry. A semaphore records d when its total is set (TrySetPermits,
 // SetPermits), a latch when its count is set (TrySetCount). d must be
-// positive. Without it, the keys persist until deleted.
+// between MinLease and MaxLease. Without it, the keys persist until deleted.
 func WithIdleExpiry(d time.Duration) IdleExpiry { return IdleExpiry(d) }
 
 func (d IdleExpiry) applySemaphore(c *semConfig) { c.idle, c.err = d.check(c.err) }
 func (d IdleExpiry) applyLatch(c *latchConfig)   { c.idle, c.err = d.check(c.err) }
 
 func (d IdleExpiry) check(err error) (time.Duration, error) {
-	if d <= 0 {
-		return 0, invalidf("idle expiry %v is not positive", time.Duration(d))
+	if err == nil {
+		err = checkLease("idle expiry", time.Duration(d))
 	}
 	return time.Duration(d), err
 }

@@ -35,6 +35,7 @@ type ReentrantMutex struct {
 func (c *Client) ReentrantMutex(name string, opts ...LockOption) *ReentrantMutex {
 	lc := buildLockConfig(opts)
 	r := &ReentrantMutex{handle: c.newHandle(kindReentrantName, name, lc.lease, lc.err, exclKeys...), self: handleOwnerID(c, lc)}
+	r.renewed = lc.renewed
 	r.x = newExcl(&r.handle, true)
 	return r
 }

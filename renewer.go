@@ -57,6 +57,9 @@ const (
 // tick comes before the one it waits for. An entry of l in another bucket
 // is stale from then on: the renewer drops it. Called with mu held.
 func (w *watchdog) schedule(l *lease, due int64) {
+	if l.ttl < w.basis {
+		w.fitTick(l.ttl)
+	}
 	t := w.tickOf(due)
 	if len(w.due) == 0 || t < w.earliestTick() {
 		kick(w.renewKick)
@@ -74,6 +77,32 @@ func (w *watchdog) sampleRTT(d int64) {
 		return
 	}
 	w.rtt.Store(rtt + (d-rtt)/8)
+}
+
+// fitTick makes the schedule's resolution a twelfth of a third of ttl, a
+// lease shorter than any scheduled before (a handle's WithRenewedLease below
+// the Client's watchdog timeout), and moves every lease scheduled to its
+// bucket at the new resolution. Once per shorter lease: the resolution only
+// grows finer. Called with mu held.
+func (w *watchdog) fitTick(ttl time.Duration) {
+	w.basis = ttl
+	want := max(ttl/3/12, time.Millisecond)
+	if want >= w.tick {
+		return
+	}
+	old := int64(w.tick)
+	w.tick = want
+	due := make(map[int64][]*lease, len(w.due))
+	for t, ls := range w.due {
+		for _, l := range ls {
+			if l.next == t {
+				l.next = w.tickOf(t * old)
+				due[l.next] = append(due[l.next], l)
+			}
+		}
+	}
+	w.due = due
+	kick(w.renewKick)
 }
 
 // period is how long after a renewal of l is sent the next one goes out:

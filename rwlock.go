@@ -40,7 +40,9 @@ type RWMutex struct {
 // return an error wrapping ErrInvalid.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	lc := buildLockConfig(opts)
-	return &RWMutex{handle: c.newHandle(kindRWWriteName, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f"), self: handleOwnerID(c, lc)}
+	rw := &RWMutex{handle: c.newHandle(kindRWWriteName, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f"), self: handleOwnerID(c, lc)}
+	rw.renewed = lc.renewed
+	return rw
 }
 
 // Name returns the lock's name, without the key prefix.

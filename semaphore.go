@@ -59,7 +59,9 @@ const MaxPermits = 1<<53 - 1
 // error wrapping ErrInvalid.
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	sc := buildSemConfig(opts, SemaphoreOption.applySemaphore)
-	return &Semaphore{handle: c.newHandle(kindSemaphoreName, name, sc.lease, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
+	s := &Semaphore{handle: c.newHandle(kindSemaphoreName, name, sc.lease, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
+	s.renewed = sc.renewed
+	return s
 }
 
 // Name returns the semaphore's name, without the key prefix.

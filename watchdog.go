@@ -40,7 +40,8 @@ import (
 // reach Redis in renewals.go.
 type watchdog struct {
 	timeout time.Duration // the lease of renewable holds and marks
-	tick    time.Duration // the renewal schedule's resolution
+	tick    time.Duration // the renewal schedule's resolution; guarded by mu (see fitTick)
+	basis   time.Duration // the shortest lease scheduled yet, which tick is fine enough for; guarded by mu
 	horizon time.Duration // a round takes no lease due later than this: a quarter of the longest period
 	epoch   time.Time
 	send    renewSender
@@ -101,6 +102,7 @@ func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *tel
 	w := &watchdog{
 		timeout:      timeout,
 		tick:         max(markLease(timeout)/12, time.Millisecond),
+		basis:        markLease(timeout),
 		horizon:      timeout / 12,
 		epoch:        time.Now(),
 		send:         send,

@@ -87,8 +87,10 @@ func runMain(c *command, e *env, args []string) error {
 		return c.usageErr("want one NAME before --, got %d arguments", len(pos))
 	case len(argv) == 0:
 		return c.usageErr("no command after --")
-	case f.ttl <= 0:
-		return c.usageErr("--ttl %v is not positive", f.ttl)
+	case f.ttl < dlock.MinLease || f.ttl > dlock.MaxLease:
+		return c.usageErr("--ttl %v is outside [%v, %v], the leases dlock accepts", f.ttl, dlock.MinLease, dlock.MaxLease)
+	case len(pos) == 1 && len(pos[0]) > dlock.MaxNameLength:
+		return c.usageErr("a NAME of %d bytes is longer than %d", len(pos[0]), dlock.MaxNameLength)
 	case f.timeout < 0, f.grace < 0, f.permits < 0:
 		return c.usageErr("--timeout, --grace and --permits must not be negative")
 	case f.noWait && f.timeout > 0:
