@@ -82,20 +82,24 @@ func (h *handle) newAcquisition(ctx context.Context, p acquirer, op string, bloc
 // for skips its first try: the primitive is held, and the wait, whose
 // subscription is in place, tries at once and queues. That saves a round
 // trip on every contended call.
-func (a *acquisition) run() (bool, error) {
+func (a *acquisition) run() (_ bool, err error) {
 	c := a.h.c
 	var left time.Duration
 	warm := c.warmUp()
-	defer warm()
+	defer func() { warm(err) }() // settles the warm-ups of a call that never tried
 	if !a.as.local && (!a.block || !c.waits.has(a.h.channel)) {
 		ok, l, err := a.p.try(a)
-		warm()
+		warm(err)
 		if err != nil || ok || !a.block {
 			return ok, err
 		}
 		left = l
 	}
-	err := c.wait(a.ctx, a.op, a.h.name, a.h.channel, a.as, left, func() (bool, time.Duration, error) { return a.p.try(a) })
+	err = c.wait(a.ctx, a.op, a.h.name, a.h.channel, a.as, left, func() (bool, time.Duration, error) {
+		ok, left, err := a.p.try(a)
+		warm(err)
+		return ok, left, err
+	})
 	if a.mark != nil {
 		c.wd.dropped(&a.mark.lease)
 	}

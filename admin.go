@@ -18,7 +18,7 @@ import (
 // name with no primitive returns an error matching ErrNotFound; a Semaphore
 // or a latch, which have no holder to force out, ErrInvalid.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (released bool, err error) {
-	st, err := c.Status(ctx, name)
+	st, err := c.statusFor(ctx, "forceunlock", name)
 	if err != nil {
 		return false, err
 	}
@@ -48,8 +48,14 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Status, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
+	if ctx == nil {
+		return nil, opErr("list", pattern, "nil context", ErrInvalid)
+	}
 	if pattern == "" {
 		pattern = "*"
+	}
+	if why := badGlob(pattern); why != "" {
+		return nil, opErr("list", pattern, why, ErrInvalid)
 	}
 	names, err := c.scanNames(ctx, pattern)
 	if err != nil {
@@ -66,7 +72,7 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Status, error) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			h := c.newHandle("list", n, 0, nil)
-			out[i], errs[i] = h.status(ctx, "")
+			out[i], errs[i] = h.statusAs(ctx, "list", "")
 		}()
 	}
 	wg.Wait()
@@ -120,6 +126,36 @@ func (c *Client) scanNames(ctx context.Context, pattern string) ([]string, error
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// badGlob says what makes pattern no glob that SCAN MATCH reads as meant
+// (Redis matches nothing to it, without an error), or "": a '[' that is
+// never closed, or a '\' with nothing after it.
+func badGlob(pattern string) string {
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '\\':
+			if i++; i == len(pattern) {
+				return "the pattern ends in an escape '\\' with nothing to escape"
+			}
+		case '[':
+			closed := false
+			for j := i + 1; j < len(pattern); j++ {
+				if pattern[j] == '\\' {
+					j++
+					continue
+				}
+				if pattern[j] == ']' && j > i+1 {
+					closed, i = true, j
+					break
+				}
+			}
+			if !closed {
+				return "a '[' in the pattern is never closed with ']'"
+			}
+		}
+	}
+	return ""
 }
 
 // escapeGlob escapes the characters SCAN MATCH reads as a pattern.

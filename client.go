@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"log/slog"
 	"reflect"
 	"strconv"
 	"sync"
@@ -37,12 +38,36 @@ type Client struct {
 
 	waiterSeq atomic.Uint64 // numbers waiters that have no ID of their own
 	renewals  renewals      // how the watchdog's renewals reach Redis
-	warmOnce  sync.Once
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 
-	hooks *testHooks // nil outside tests
+	hooks  *testHooks // nil outside tests
+	outage *outage
+}
+
+// outage logs, once, that Redis could not be reached, and once that it
+// answers again, however many calls and renewals meet the outage between.
+type outage struct {
+	log  *slog.Logger
+	down atomic.Bool
+}
+
+// saw records the outcome of a call to Redis: err nil or a reply from
+// Redis is an answer; an error that says Redis could not be reached is the
+// outage.
+func (o *outage) saw(err error) {
+	switch {
+	case err == nil || isRedisError(err):
+		if o.down.Load() && o.down.CompareAndSwap(true, false) {
+			o.log.Info("dlock: Redis answers again")
+		}
+	case unavailable(err):
+		if o.down.CompareAndSwap(false, true) {
+			o.log.Warn("dlock: Redis could not be reached; calls fail with ErrUnavailable, and holds are lost at their deadlines, until it answers again",
+				"error", err.Error())
+		}
+	}
 }
 
 // testHooks let internal tests stop a Client at the points where a race
@@ -89,7 +114,8 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 	c.waits.init()
 	c.hub = pubsub.New(rdb, hubHandler{c}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
 	c.renewals.rdb = rdb
-	c.wd = newWatchdog(cfg.watchdog, c.renewals.send, c.cluster, c.tel, cfg.logger)
+	c.outage = &outage{log: cfg.logger}
+	c.wd = newWatchdog(cfg.watchdog, c.renewals.send, c.cluster, c.tel, c.outage)
 	return c
 }
 
@@ -162,10 +188,14 @@ func (c *Client) script(ctx context.Context, s *redis.Script, keys []string, arg
 			return c.scriptAcked(ctx, ack, s, keys, args)
 		}
 	}
+	var cmd *redis.Cmd
 	if c.co == nil || ctx.Done() != nil {
-		return s.Run(ctx, c.rdb, keys, args...)
+		cmd = s.Run(ctx, c.rdb, keys, args...)
+	} else {
+		cmd = c.co.Run(ctx, s, keys, args...)
 	}
-	return c.co.Run(ctx, s, keys, args...)
+	c.outage.saw(cmd.Err())
+	return cmd
 }
 
 // do sends cmd as script sends a script call, and returns cmd.Err().

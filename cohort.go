@@ -174,7 +174,7 @@ func (m *Mutex) abandonCohort(g *hold) {
 	}
 	m.mu.Unlock()
 	if mine { // else another goroutine unlocked it already
-		_ = m.release(context.Background(), g)
+		_ = m.release(context.Background(), g, "unlock")
 	}
 }
 

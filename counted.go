@@ -57,7 +57,7 @@ func (k *counted) try(a *acquisition) (bool, time.Duration, error) {
 	markTTL := a.sending()
 	r, err := k.ops.tryScript(a.tryCtx(), k.owner, k.waiter, a.ttl, markTTL)
 	if err != nil {
-		if !isRedisError(err) {
+		if outcomeUnknown(err) {
 			k.reconcile(a.nc)
 			if markTTL > 0 {
 				k.ops.leaveQueue(a.nc, k.owner, k.waiter) // the lost reply may have queued the owner
@@ -136,6 +136,12 @@ func (k *counted) release(ctx context.Context, op string) error {
 	c := k.h.c
 	defer c.gate(k.gate)()
 	l := c.heldLease(k.hk)
+	if l != nil {
+		if err := k.h.lostAlready(op, l); err != nil {
+			c.forgetHold(k.hk, l)
+			return err
+		}
+	}
 	k.h.beginRelease(l)
 	n, err := k.ops.releaseScript(detach(ctx), k.owner)
 	if err != nil {

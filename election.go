@@ -40,8 +40,8 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 func (e *Election) Name() string { return e.m.name }
 
 // Campaign blocks until the handle is the leader, ctx ends, or the Client
-// closes; then it publishes value as the leader's, which Leader returns and
-// Observe delivers. Uncontended it costs two round trips: one to take the
+// closes; then it publishes value, which must not be empty, as the leader's,
+// which Leader returns and Observe delivers. Uncontended it costs two round trips: one to take the
 // leadership, one to publish the value and notify observers.
 //
 // When ctx ends first, it returns an error matching ErrNotObtained and
@@ -49,16 +49,20 @@ func (e *Election) Name() string { return e.m.name }
 // publishes the new value and returns at once (as etcd's Proclaim does).
 // The leadership lasts until Resign, or until it is lost (see Lost).
 func (e *Election) Campaign(ctx context.Context, value string) error {
+	if value == "" {
+		// Leader would return "" for it, which reads as nobody's value.
+		return opErr("campaign", e.m.name, "an empty value", ErrInvalid)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	m := e.m
 	if !m.leads() {
-		if err := m.lock(ctx, "dlock.Election.Campaign"); err != nil {
+		if err := m.lock(ctx, "dlock.Election.Campaign", "campaign"); err != nil {
 			return err
 		}
 	}
 	if err := e.proclaim(ctx, value); err != nil {
-		_ = m.unlock(context.WithoutCancel(ctx), "dlock.Election.Resign")
+		_ = m.unlock(context.WithoutCancel(ctx), "dlock.Election.Resign", "resign")
 		return err
 	}
 	e.value = value
@@ -102,7 +106,7 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 func (e *Election) Resign(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.m.unlock(ctx, "dlock.Election.Resign")
+	return e.m.unlock(ctx, "dlock.Election.Resign", "resign")
 }
 
 // Leader returns the current leader's value, in one round trip. It returns
@@ -129,7 +133,7 @@ type leaderInfo struct {
 
 func (e *Election) leader(ctx context.Context) (leaderInfo, error) {
 	m := e.m
-	if err := m.usable(); err != nil {
+	if err := m.usable(ctx); err != nil {
 		return leaderInfo{}, err
 	}
 	res, err := m.c.script(ctx, scripts.ElectionLeader, m.keys[:1]).Slice()
@@ -160,7 +164,7 @@ func (e *Election) leader(ctx context.Context) (leaderInfo, error) {
 // the latest.
 func (e *Election) Observe(ctx context.Context) <-chan string {
 	out := make(chan string)
-	if e.m.usable() != nil {
+	if e.m.usable(ctx) != nil {
 		close(out)
 		return out
 	}

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 
@@ -54,6 +58,16 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("dlock: client closed")
 
+	// ErrUnavailable means Redis could not be reached or could not serve
+	// the call: a dial, write or read failed or timed out, go-redis's client
+	// was closed or its pool had no connection to give, or Redis answered
+	// that it cannot serve now (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN,
+	// READONLY). The error also matches the error underneath. Whether the
+	// call took effect is then unknown; each call says what it does about it
+	// (an acquisition gives back whatever it may have been granted, a
+	// release leaves the hold to end by its lease).
+	ErrUnavailable = errors.New("dlock: redis unavailable")
+
 	// ErrInvalid means bad input: an empty name, a non-positive lease or
 	// timeout, an empty owner, a nil Redis client, or a name whose key holds
 	// something other than a primitive of the kind asked for. Nothing was
@@ -76,7 +90,7 @@ func (e *callError) Error() string {
 	b.WriteString("dlock: ")
 	b.WriteString(e.op)
 	b.WriteByte(' ')
-	b.WriteString(strconv.Quote(e.name))
+	b.WriteString(strconv.Quote(capName(e.name, errorNameBytes)))
 	shown := e.shown
 	if shown == nil {
 		shown = e.errs
@@ -93,6 +107,22 @@ func (e *callError) Error() string {
 }
 
 func (e *callError) Unwrap() []error { return e.errs }
+
+// errorNameBytes is the most of a name an error message quotes.
+const errorNameBytes = 128
+
+// capName returns name cut to at most max bytes (at a rune boundary), with
+// an ellipsis and the name's length when it was cut.
+func capName(name string, max int) string {
+	if len(name) <= max {
+		return name
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…(" + strconv.Itoa(len(name)) + " bytes)"
+}
 
 // opErr returns the error of op on the primitive called name: it matches
 // every error in errs, and detail (if any) follows their texts.
@@ -160,6 +190,22 @@ func isRedisError(err error) bool {
 	return errors.As(err, &re)
 }
 
+// outcomeUnknown reports whether a call that failed with err may have run
+// on the server: not when Redis answered with an error, nor when the
+// request was never sent (no connection could be dialled or taken from the
+// pool). Then there is nothing to give back or clean up, which would only
+// meet the same unreachable server again.
+func outcomeUnknown(err error) bool {
+	if err == nil || isRedisError(err) {
+		return false
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return false
+	}
+	return !errors.Is(err, redis.ErrPoolTimeout) && !errors.Is(err, redis.ErrPoolExhausted) && !errors.Is(err, redis.ErrClosed)
+}
+
 // redisErr turns an error from Redis, met by op on the primitive called name
 // of the given kind, whose main key is key, into dlock's error for it.
 func redisErr(op, name, kind, key string, err error) error {
@@ -177,9 +223,24 @@ func redisErr(op, name, kind, key string, err error) error {
 		detail := fmt.Sprintf("key %q holds another type, not a lock of this kind (%s)", key, kind)
 		return &callError{op: op, name: name, detail: detail, errs: []error{ErrInvalid, err}, shown: []error{}}
 	case "":
+		if unavailable(err) {
+			return opErr(op, name, "", ErrUnavailable, err)
+		}
 		return opErr(op, name, "", err)
+	case "LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "READONLY":
+		return &callError{op: op, name: name, detail: code + " " + text, errs: []error{ErrUnavailable, err}, shown: []error{ErrUnavailable}}
 	}
 	return &callError{op: op, name: name, detail: code + " " + text, errs: []error{err}, shown: []error{}}
+}
+
+// unavailable reports whether err, not a reply from Redis, says that Redis
+// could not be reached: a network error, a connection closed under the
+// call, go-redis's client closed or its pool out of connections.
+func unavailable(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted)
 }
 
 // waitErr maps errors of the wait machinery to dlock's sentinels.

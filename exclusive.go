@@ -249,7 +249,7 @@ func (h *handle) forceUnlock(ctx context.Context, spanName string, run func(cont
 
 // isLocked reports whether anyone holds the lock.
 func (x *excl) isLocked(ctx context.Context, op string) (bool, error) {
-	if err := x.h.usable(); err != nil {
+	if err := x.h.usable(ctx); err != nil {
 		return false, err
 	}
 	st, err := x.state(ctx)
@@ -261,7 +261,7 @@ func (x *excl) isLocked(ctx context.Context, op string) (bool, error) {
 
 // ttl returns what the holder's lease has left, 0 when free.
 func (x *excl) ttl(ctx context.Context, op string) (time.Duration, error) {
-	if err := x.h.usable(); err != nil {
+	if err := x.h.usable(ctx); err != nil {
 		return 0, err
 	}
 	st, err := x.state(ctx)

@@ -544,3 +544,51 @@ func TestFault_LatencyFortyPercentBeginningWhileHeld_BusyMachine_HoldsKept(t *te
 		}
 	}
 }
+
+// A release after the hold was lost (its Lost closed) returns ErrLost at
+// once and sends nothing: before, it went to Redis, and with Redis out of
+// reach returned the network error after go-redis's timeouts (issue 23,
+// item 5). Mutex, ReentrantMutex and Permit alike.
+func TestFault_ReleaseAfterLoss_ErrLostAtOnceNothingSent(t *testing.T) {
+	e := realEnv(t)
+	const timeout = 300 * time.Millisecond
+	cnt := newCounter()
+	rdb, proxy := e.proxied(cnt)
+	c := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
+	ctx := ctxTimeout(t, 20*time.Second)
+	m := c.Mutex(name(t))
+	require.NoError(t, m.Lock(ctx))
+	r := c.ReentrantMutex(name(t), dlock.WithHandleOwner())
+	require.NoError(t, r.Lock(ctx))
+	require.NoError(t, r.Lock(ctx))
+	s := c.Semaphore(name(t))
+	_, err := s.TrySetPermits(ctx, 1)
+	require.NoError(t, err)
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+
+	proxy.Partition() // renewals stop getting through: every hold is lost at its deadline
+	defer proxy.Heal()
+	for _, lost := range []<-chan struct{}{m.Lost(), r.Lost(ctx), p.Lost()} {
+		within(t, lost, 3*timeout, "Lost")
+	}
+	cnt.reset()
+	for what, release := range map[string]func() error{
+		"Mutex.Unlock":          func() error { return m.Unlock(ctx) },
+		"ReentrantMutex.Unlock": func() error { return r.Unlock(ctx) },
+		"Permit.Release":        func() error { return p.Release(ctx) },
+	} {
+		start := time.Now()
+		err := release()
+		assert.ErrorIs(t, err, dlock.ErrLost, what)
+		assert.ErrorIs(t, err, dlock.ErrNotHeld, what)
+		assert.Less(t, time.Since(start), 100*time.Millisecond, "%s waited for Redis", what)
+	}
+	assert.Zero(t, cnt.total(), "a release of a lost hold sent something")
+	// Healed only once the server let the holds go: renewals held back by
+	// the partition would renew a key still there.
+	probe := e.rdb()
+	require.Eventually(t, func() bool { return probe.Exists(ctx, key(r.Name())).Val() == 0 }, 2*time.Second, 5*time.Millisecond)
+	proxy.Heal()
+	assert.ErrorIs(t, r.Unlock(ctx), dlock.ErrNotHeld, "the lost reentrant hold is forgotten")
+}

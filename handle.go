@@ -39,12 +39,14 @@ func (c *Client) newHandle(kind, name string, lease time.Duration, err error, su
 
 // usable reports the error a call must return before touching Redis: a bad
 // Client or handle, or a closed Client.
-func (h *handle) usable() error {
+func (h *handle) usable(ctx context.Context) error {
 	switch c := h.c; {
 	case c.err != nil:
 		return c.err
 	case h.err != nil:
 		return h.err
+	case ctx == nil:
+		return invalidf("nil context")
 	case c.closed.Load():
 		return ErrClosed
 	}
@@ -55,8 +57,12 @@ func (h *handle) usable() error {
 // count-down) and checks that it may proceed. The span is open even when an
 // error is returned, so the caller can end it with that error.
 func (h *handle) begin(ctx context.Context, spanName string) (context.Context, span, error) {
+	if ctx == nil {
+		_, sp := h.c.tel.start(context.Background(), h.kind, spanName, h.name, h.spanLease())
+		return context.Background(), sp, h.usable(nil)
+	}
 	ctx, sp := h.c.tel.start(ctx, h.kind, spanName, h.name, h.spanLease())
-	return ctx, sp, h.usable()
+	return ctx, sp, h.usable(ctx)
 }
 
 // beginAcquire is begin for an acquisition, which also fails, as not
@@ -123,7 +129,7 @@ func (h *handle) fail(op string, err error) error { return redisErr(op, h.name, 
 // the release may have happened, and this Client ignores its own release
 // messages. A needless wake-up costs one retry.
 func (h *handle) wakeUnknown(err error) {
-	if !isRedisError(err) {
+	if outcomeUnknown(err) {
 		h.c.waits.wake(h.channel, wakeAll, wakeLocal)
 	}
 }

@@ -139,7 +139,7 @@ var errHandedOver = errors.New("dlock: handed over")
 // hand-over.
 func (m *Mutex) HandOver() (HoldRef, error) {
 	const op = "handover"
-	if err := m.usable(); err != nil {
+	if err := m.usable(context.Background()); err != nil {
 		return HoldRef{}, err
 	}
 	if m.rl != nil {

@@ -35,7 +35,7 @@ func (l *CountDownLatch) Name() string { return l.name }
 // whether it did. n must be between 1 and MaxPermits (Lua numbers are
 // doubles; counts beyond it are not exact).
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
-	if err := l.usable(); err != nil {
+	if err := l.usable(ctx); err != nil {
 		return false, err
 	}
 	if n < 1 || n > MaxPermits {
@@ -69,7 +69,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
 
 // Count returns the current count; 0 when the latch is not set.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
-	if err := l.usable(); err != nil {
+	if err := l.usable(ctx); err != nil {
 		return 0, err
 	}
 	n, _, err := l.state(ctx)

@@ -76,11 +76,11 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 func (ml *MultiLock) Names() []string { return slices.Clone(ml.names) }
 
 // usable reports the error every call returns before touching Redis.
-func (ml *MultiLock) usable(op string) error {
+func (ml *MultiLock) usable(ctx context.Context, op string) error {
 	if ml.err != nil {
 		return opErr(op, ml.label(), "", ml.err)
 	}
-	return ml.members[0].usable()
+	return ml.members[0].usable(ctx)
 }
 
 // label names the group in errors.
@@ -103,7 +103,7 @@ func (ml *MultiLock) label() string {
 // them all, Lock extends the earlier ones (a round trip each) so that every
 // member's lease runs from then.
 func (ml *MultiLock) Lock(ctx context.Context) error {
-	if err := ml.usable("lock"); err != nil {
+	if err := ml.usable(ctx, "lock"); err != nil {
 		return err
 	}
 	for {
@@ -123,7 +123,7 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 // is taken. It never leaves some members held: finding one taken (false,
 // nil) or failing, it releases those it took, in reverse order.
 func (ml *MultiLock) TryLock(ctx context.Context) (bool, error) {
-	if err := ml.usable("trylock"); err != nil {
+	if err := ml.usable(ctx, "trylock"); err != nil {
 		return false, err
 	}
 	return ml.acquire(ctx, false)
@@ -226,7 +226,7 @@ func (g *multiHold) end(cause error) {
 // the group hold has ended: a member whose release failed in transit is no
 // longer renewed, and ends by its lease at the latest (see Mutex.Unlock).
 func (ml *MultiLock) Unlock(ctx context.Context) error {
-	if err := ml.usable("unlock"); err != nil {
+	if err := ml.usable(ctx, "unlock"); err != nil {
 		return err
 	}
 	ml.mu.Lock()

@@ -65,19 +65,20 @@ func (m *Mutex) Name() string { return m.name }
 // called while the handle itself holds the lock may first be handed the hold
 // in-process, within the cohort's bound (WithCohort; WithoutCohort turns
 // this off).
-func (m *Mutex) Lock(ctx context.Context) error { return m.lock(ctx, "dlock.Mutex.Lock") }
+func (m *Mutex) Lock(ctx context.Context) error { return m.lock(ctx, "dlock.Mutex.Lock", "lock") }
 
-func (m *Mutex) lock(ctx context.Context, spanName string) (err error) {
-	ctx, sp, err := m.beginAcquire(ctx, spanName, "lock")
+// lock is Lock for a call of op (its errors name op) recorded as spanName.
+func (m *Mutex) lock(ctx context.Context, spanName, op string) (err error) {
+	ctx, sp, err := m.beginAcquire(ctx, spanName, op)
 	defer func() { sp.endAcquire(err, err == nil, true) }()
 	if err != nil {
 		return err
 	}
 	if m.rl != nil {
-		_, err = m.rl.acquire(ctx, "lock", true)
+		_, err = m.rl.acquire(ctx, op, true)
 		return err
 	}
-	_, err = m.acquisition(ctx, "lock", true).run()
+	_, err = m.acquisition(ctx, op, true).run()
 	return err
 }
 
@@ -193,7 +194,7 @@ func (t *mutexTry) leave(a *acquisition) { t.m.x.cancel(a.nc, t.waiter) }
 // failed Lock from leaving a hold or a queue entry behind. Local waiters are
 // woken to look again.
 func (t *mutexTry) unknownOutcome(a *acquisition, err error) error {
-	if !isRedisError(err) {
+	if outcomeUnknown(err) {
 		t.m.x.cancel(a.nc, t.waiter)
 		_, _ = t.m.x.unlock(a.nc, t.id)
 		// The lost reply may have named a waiter of this Client that the
@@ -207,8 +208,9 @@ func (t *mutexTry) unknownOutcome(a *acquisition, err error) error {
 // are queued, the lock passes straight to the first of them.
 //
 // It returns an error matching ErrNotHeld when the handle holds nothing, and
-// one matching ErrLost (and ErrNotHeld, when the key was no longer ours) when
-// the hold was lost before Unlock; in both cases nothing else changes. Unlock
+// one matching ErrLost and ErrNotHeld when the hold was lost before Unlock:
+// nothing else changes then, and when the hold was known to be lost before
+// the call (its Lost channel had closed), nothing is sent to Redis. Unlock
 // sends its request even when ctx has ended, since leaving a lock behind is
 // worse than a late call; ctx still carries values such as trace spans.
 //
@@ -216,9 +218,13 @@ func (t *mutexTry) unknownOutcome(a *acquisition, err error) error {
 // hold may still be held on the server. It is no longer renewed, so it ends
 // by its lease at the latest, and Lost fires then; the failure is logged.
 // Calling Unlock again releases it sooner.
-func (m *Mutex) Unlock(ctx context.Context) error { return m.unlock(ctx, "dlock.Mutex.Unlock") }
+func (m *Mutex) Unlock(ctx context.Context) error {
+	return m.unlock(ctx, "dlock.Mutex.Unlock", "unlock")
+}
 
-func (m *Mutex) unlock(ctx context.Context, spanName string) (err error) {
+// unlock is Unlock for a call of op (its errors name op) recorded as
+// spanName.
+func (m *Mutex) unlock(ctx context.Context, spanName, op string) (err error) {
 	ctx, sp, err := m.begin(ctx, spanName)
 	defer func() { sp.endRelease(err) }()
 	if err != nil {
@@ -229,14 +235,29 @@ func (m *Mutex) unlock(ctx context.Context, spanName string) (err error) {
 	m.hold = nil
 	m.mu.Unlock()
 	if l == nil {
-		return opErr("unlock", m.name, "", ErrNotHeld)
+		return opErr(op, m.name, "", ErrNotHeld)
 	}
-	return m.release(ctx, l)
+	if err := m.lostAlready(op, l); err != nil {
+		return err
+	}
+	return m.release(ctx, l, op)
+}
+
+// lostAlready returns the error of a release of l, for op, when l was lost
+// before it: the release then sends nothing (the hold's lease ran out, or
+// Redis said it was gone; what is left of it on the server expires within
+// the drift margin), and the caller learns at once that it was lost, rather
+// than a network error after a round trip to a server that may be down.
+func (h *handle) lostAlready(op string, l *hold) error {
+	if cause := h.c.wd.lostCause(l); cause != nil {
+		return opErr(op, h.name, "", cause, ErrNotHeld)
+	}
+	return nil
 }
 
 // release releases l, which Unlock took off the handle: to a goroutine
 // waiting on the handle (WithCohort, within its bound), or in Redis.
-func (m *Mutex) release(ctx context.Context, l *hold) error {
+func (m *Mutex) release(ctx context.Context, l *hold, op string) error {
 	if m.rl != nil {
 		return m.rl.unlock(ctx, l)
 	}
@@ -272,14 +293,14 @@ func (m *Mutex) release(ctx context.Context, l *hold) error {
 		}
 	}
 	if err != nil {
-		err = m.fail("unlock", err)
+		err = m.fail(op, err)
 		m.mu.Lock()
 		if m.hold == nil {
 			m.hold = l // let the caller retry
 		}
 		m.mu.Unlock()
 	}
-	return m.settleRelease("unlock", l, remaining, err)
+	return m.settleRelease(op, l, remaining, err)
 }
 
 // Extend makes the handle's hold end lease from now (from when Redis runs

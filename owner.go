@@ -29,6 +29,9 @@ func WithNewOwner(ctx context.Context) context.Context {
 
 // OwnerFrom returns the owner put in ctx by WithOwner or WithNewOwner.
 func OwnerFrom(ctx context.Context) (owner string, ok bool) {
+	if ctx == nil {
+		return "", false
+	}
 	owner, ok = ctx.Value(ownerKey{}).(string)
 	return owner, ok
 }

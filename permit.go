@@ -55,6 +55,10 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	if p.done {
 		return opErr("release", s.name, "", ErrNotHeld)
 	}
+	if err := s.lostAlready("release", p.l); err != nil {
+		p.done = true
+		return err
+	}
 	s.beginRelease(p.l)
 	n, err := s.release(detach(ctx), p.id)
 	if err == nil {

@@ -176,7 +176,8 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 		}
 	}
 	c.waits.init()
-	c.wd = newWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, cfg.logger)
+	c.outage = &outage{log: cfg.logger}
+	c.wd = newWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, c.outage)
 	for i, rdb := range masters {
 		n := &rlNode{rdb: rdb, index: i, name: masterName(rdb, i)}
 		if _, cluster := rdb.(*redis.ClusterClient); !cluster {

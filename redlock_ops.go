@@ -99,7 +99,7 @@ type rlState struct {
 // quorum-th longest).
 func (rm *rlMutex) state(ctx context.Context, op string) (string, time.Duration, error) {
 	m, r := rm.m, rm.r
-	if err := m.usable(); err != nil {
+	if err := m.usable(ctx); err != nil {
 		return "", 0, err
 	}
 	type got struct {

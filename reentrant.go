@@ -45,7 +45,7 @@ func (r *ReentrantMutex) Name() string { return r.name }
 
 // hold returns the owner in ctx's side of the lock.
 func (r *ReentrantMutex) hold(ctx context.Context) (*counted, error) {
-	if err := r.usable(); err != nil {
+	if err := r.usable(ctx); err != nil {
 		return nil, err
 	}
 	owner, err := ownerID(r.c, ctx, r.self)

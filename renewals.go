@@ -43,15 +43,17 @@ type renewals struct {
 
 	mu      sync.Mutex // orders warm-ups before close
 	closed  bool
+	started atomic.Bool // the warm-ups were started
 	warm    sync.WaitGroup
 	warming atomic.Pointer[chan struct{}] // closed when the warm-ups are over; nil before prepare
 }
 
-// prepare sets up warm connections in the pipeline pool, in the background.
+// prepare sets up warm connections in the pipeline pool, in the background,
+// once.
 func (r *renewals) prepare() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.closed || !r.started.CompareAndSwap(false, true) {
 		return
 	}
 	over := make(chan struct{})
@@ -164,31 +166,59 @@ func (r *renewals) pipeline(ctx context.Context, calls []renewCall) renewResult 
 	return out
 }
 
-// warmDelay is how long a Client's first try may run alone before the
-// renewal connections' warm-ups start beside it (see Client.warmUp).
+// warmDelay is how often a Client's first acquisition looks whether its
+// first connection is up, to start the renewal connections' warm-ups beside
+// its first try (see Client.warmUp).
 const warmDelay = 5 * time.Millisecond
 
-// warmUp starts the warm-ups of the renewal connections (see renewals),
-// once per Client: when the returned func is called, which the first
-// acquisition does when its first try's reply is in, or warmDelay after
-// warmUp, whichever comes first. On a fast link the first try then runs
-// alone, not against four connection set-ups for the CPU and the server
-// (a fresh Client's first TryLock took 1.5-5.7 ms on loopback where a cold
-// PING takes 0.65 ms); on a slow one the warm-ups start a few
-// milliseconds into the try's own connection set-up, and are warm by the
-// hold's first renewal as before.
-func (c *Client) warmUp() (start func()) {
-	start = func() {}
-	c.warmOnce.Do(func() {
-		var once sync.Once
-		run := func() { once.Do(c.renewals.prepare) }
-		t := time.AfterFunc(warmDelay, run)
-		start = func() {
-			t.Stop()
-			run()
+// warmUp arms the warm-ups of the renewal connections (see renewals) for a
+// Client's first acquisition; the returned func, called with the outcome of
+// its first try, settles them. They start when the try's reply is in (or
+// its outcome is unknown: the server may be there), or, while the try is
+// still out, as soon as a connection is up, looked at every warmDelay. So
+// on a fast link the first try runs alone, not against four connection
+// set-ups for the CPU and the server (a fresh Client's first TryLock took
+// 1.5-5.7 ms on loopback where a cold PING takes 0.65 ms); on a slow one
+// the warm-ups start as soon as the server is known to be there, and are
+// warm by the hold's first renewal. When the try was never sent (Redis
+// could not be reached), they do not start: the next acquisition arms them
+// again, and an outage is not met by four more dialling connections.
+func (c *Client) warmUp() (settle func(err error)) {
+	r := &c.renewals
+	if r.started.Load() {
+		return func(error) {}
+	}
+	var mu sync.Mutex
+	done := false
+	var t *time.Timer
+	var look func()
+	look = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case done:
+		case c.rdb.PoolStats().TotalConns > 0:
+			done = true
+			r.prepare()
+		default:
+			t.Reset(warmDelay)
 		}
-	})
-	return start
+	}
+	mu.Lock()
+	t = time.AfterFunc(warmDelay, look)
+	mu.Unlock()
+	return func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		done = true
+		t.Stop()
+		if err == nil || isRedisError(err) || outcomeUnknown(err) {
+			r.prepare()
+		}
+	}
 }
 
 // close waits for warm-ups in flight.

@@ -356,7 +356,14 @@ func (w *watchdog) settleRenewals(r renewResult) {
 			w.tel.renewals.Add(bg, r.n, cachedAttrs("", r.result))
 		}
 	}
-	if failed != nil {
+	switch {
+	case failed == nil:
+		if renewed+gone > 0 {
+			w.outage.saw(nil)
+		}
+	case unavailable(failed):
+		w.outage.saw(failed)
+	default:
 		w.log.Warn("dlock: lease renewal failed", "error", failed.Error())
 	}
 }

@@ -51,7 +51,7 @@ func (rw *RWMutex) Name() string { return rw.name }
 // side returns the owner in ctx's read or write side of the lock. Both sides
 // of one owner share its gate.
 func (rw *RWMutex) side(ctx context.Context, write bool) (*counted, error) {
-	if err := rw.usable(); err != nil {
+	if err := rw.usable(ctx); err != nil {
 		return nil, err
 	}
 	owner, err := ownerID(rw.c, ctx, rw.self)

@@ -72,7 +72,7 @@ func (s *Semaphore) Name() string { return s.name }
 // set with an idle expiry (WithIdleExpiry) goes with the semaphore's other
 // keys when nobody has used it for that long.
 func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
-	if err := s.checkTotal(n); err != nil {
+	if err := s.checkTotal(ctx, n); err != nil {
 		return false, err
 	}
 	return s.permits(ctx, "set", n)
@@ -82,15 +82,15 @@ func (s *Semaphore) TrySetPermits(ctx context.Context, n int) (bool, error) {
 // AddPermits, permits in use are not revoked, and waiters the new total can
 // serve are woken.
 func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
-	if err := s.checkTotal(n); err != nil {
+	if err := s.checkTotal(ctx, n); err != nil {
 		return err
 	}
 	_, err := s.permits(ctx, "force", n)
 	return err
 }
 
-func (s *Semaphore) checkTotal(n int) error {
-	if err := s.usable(); err != nil {
+func (s *Semaphore) checkTotal(ctx context.Context, n int) error {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
 	if n < 1 || int64(n) > MaxPermits {
@@ -105,7 +105,7 @@ func (s *Semaphore) checkTotal(n int) error {
 // the total below them makes Available negative until enough are released.
 // Waiters the new permits can serve are woken.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
-	if err := s.usable(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return err
 	}
 	if int64(n) > MaxPermits || int64(n) < -MaxPermits {
@@ -143,7 +143,7 @@ func (s *Semaphore) Total(ctx context.Context) (int, error) {
 }
 
 func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
-	if err := s.usable(); err != nil {
+	if err := s.usable(ctx); err != nil {
 		return 0, 0, err
 	}
 	res, err := s.c.script(ctx, scripts.SemAvailable, s.keys, s.c.id).Slice()
@@ -257,7 +257,7 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 		r, err = decodeTry(res)
 	}
 	if err != nil {
-		if !isRedisError(err) {
+		if outcomeUnknown(err) {
 			// The script may have run: give back what it may have taken,
 			// as semTry.try does, rather than leave every free permit
 			// taken, unrenewed, for a whole lease.
@@ -312,7 +312,7 @@ func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
 		r, err = decodeTry(res)
 	}
 	if err != nil {
-		if !isRedisError(err) {
+		if outcomeUnknown(err) {
 			// The permit ID is unique to this request: giving it back is
 			// safe whether or not the lost reply had granted it.
 			t.giveBack(a)

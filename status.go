@@ -75,10 +75,15 @@ var stateSuffixes = []string{":mq", ":mqe", ":rl", ":rc", ":h", ":c", ":q", ":qe
 // trip. A name with no primitive returns an error matching ErrNotFound; a
 // key dlock did not write, ErrInvalid.
 func (c *Client) Status(ctx context.Context, name string) (Status, error) {
-	h := c.newHandle("status", name, 0, nil)
-	st, err := h.status(ctx, "")
+	return c.statusFor(ctx, "status", name)
+}
+
+// statusFor is Status for a call of op (its errors name op).
+func (c *Client) statusFor(ctx context.Context, op, name string) (Status, error) {
+	h := c.newHandle(op, name, 0, nil)
+	st, err := h.statusAs(ctx, op, "")
 	if err == nil && st.Kind == "" {
-		err = opErr("status", name, "", ErrNotFound)
+		err = opErr(op, name, "", ErrNotFound)
 	}
 	return st, err
 }
@@ -87,7 +92,12 @@ func (c *Client) Status(ctx context.Context, name string) (Status, error) {
 // kind want (” for any). A free lock of the expected kind whose key is
 // gone reads as the expected kind with no holders.
 func (h *handle) status(ctx context.Context, want string) (Status, error) {
-	if err := h.usable(); err != nil {
+	return h.statusAs(ctx, "status", want)
+}
+
+// statusAs is status for a call of op (its errors name op).
+func (h *handle) statusAs(ctx context.Context, op, want string) (Status, error) {
+	if err := h.usable(ctx); err != nil {
 		return Status{}, err
 	}
 	keys := make([]string, 0, 1+len(stateSuffixes))
@@ -97,11 +107,11 @@ func (h *handle) status(ctx context.Context, want string) (Status, error) {
 	}
 	res, err := h.c.script(ctx, scripts.State, keys, want, statusHolders).Slice()
 	if err != nil {
-		return Status{}, h.fail("status", err)
+		return Status{}, h.fail(op, err)
 	}
 	st, err := decodeStatus(h.name, res)
 	if err != nil {
-		return Status{}, h.fail("status", err)
+		return Status{}, h.fail(op, err)
 	}
 	if st.Kind == "" && want != "" {
 		st.Kind = storedKinds[want]

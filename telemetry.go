@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -180,6 +181,7 @@ func (t *telemetry) start(ctx context.Context, kind, spanName, name string, leas
 	}
 	ctx, sp := t.tracer.Start(ctx, spanName, clientSpan)
 	if sp.IsRecording() {
+		name = capName(name, MaxNameLength) // a refused name may be any length
 		switch {
 		case lease < 0: // no lease (CountDownLatch)
 			sp.SetAttributes(attrKind.String(kind), attrName.String(name))
@@ -196,7 +198,12 @@ func (t *telemetry) start(ctx context.Context, kind, spanName, name string, leas
 func (s span) finish(result string, err error) {
 	if s.span.IsRecording() {
 		if err != nil {
-			s.span.RecordError(err)
+			// As RecordError does, but exception.type names what the error
+			// is to a caller (the dlock sentinel it matches), not the
+			// unexported type that carries it.
+			s.span.AddEvent("exception", trace.WithAttributes(
+				attribute.String("exception.type", exceptionType(err)),
+				attribute.String("exception.message", err.Error())))
 			s.span.SetStatus(codes.Error, err.Error())
 		}
 		if result != "" {
@@ -251,6 +258,34 @@ func (s span) endOther(err error) {
 		result = resultOf(err)
 	}
 	s.finish(result, err)
+}
+
+// sentinels are dlock's errors as exception.type names them, the most
+// telling first: an error matching several is named by the first.
+var sentinels = []struct {
+	err  error
+	name string
+}{
+	{ErrLost, "dlock.ErrLost"}, {ErrNotReplicated, "dlock.ErrNotReplicated"}, {ErrUnavailable, "dlock.ErrUnavailable"},
+	{ErrInvalid, "dlock.ErrInvalid"}, {ErrUpgrade, "dlock.ErrUpgrade"}, {ErrClosed, "dlock.ErrClosed"},
+	{ErrNotHeld, "dlock.ErrNotHeld"}, {ErrNotFound, "dlock.ErrNotFound"}, {ErrNoLeader, "dlock.ErrNoLeader"},
+	{context.DeadlineExceeded, "context.DeadlineExceeded"}, {context.Canceled, "context.Canceled"},
+	{ErrNotObtained, "dlock.ErrNotObtained"},
+}
+
+// exceptionType is what a span's exception event calls err: the first
+// sentinel it matches, or the type of the error it wraps.
+func exceptionType(err error) string {
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			return s.name
+		}
+	}
+	var ce *callError
+	if errors.As(err, &ce) && len(ce.errs) > 0 {
+		err = ce.errs[len(ce.errs)-1]
+	}
+	return fmt.Sprintf("%T", err)
 }
 
 func resultOf(err error) string {

@@ -48,6 +48,7 @@ type watchdog struct {
 	cluster bool // batch per hash slot
 	tel     *telemetry
 	log     *slog.Logger
+	outage  *outage // logs an outage once, not every renewal that meets it
 
 	mu        sync.Mutex
 	deadlines leaseHeap          // every lease, earliest deadline first
@@ -98,7 +99,8 @@ func driftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Mill
 // first renewal would already be late.
 func minValidity(ttl time.Duration) time.Duration { return ttl / 3 }
 
-func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *telemetry, log *slog.Logger) *watchdog {
+func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *telemetry, outage *outage) *watchdog {
+	log := outage.log
 	w := &watchdog{
 		timeout:      timeout,
 		tick:         max(markLease(timeout)/12, time.Millisecond),
@@ -109,6 +111,7 @@ func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *tel
 		cluster:      cluster,
 		tel:          tel,
 		log:          log,
+		outage:       outage,
 		due:          make(map[int64][]*lease),
 		clockKick:    make(chan struct{}, 1),
 		renewKick:    make(chan struct{}, 1),

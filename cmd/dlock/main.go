@@ -48,8 +48,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/dlock-go/dlock"
 )
 
@@ -276,13 +274,13 @@ func redact(raw string) string {
 }
 
 // redisFailure maps an error from the library to dlock's exit status: a
-// failure to reach Redis is exitUnavailable, anything else (a reply from
-// Redis, bad input, a name of another kind) exitError.
+// failure to reach Redis (dlock.ErrUnavailable, or no answer within the
+// command's own timeout) is exitUnavailable, anything else (a reply from
+// Redis, bad input, a name of another kind, a grant too late to use)
+// exitError.
 func redisFailure(err error) error {
-	var re redis.Error
-	switch {
-	case errors.Is(err, dlock.ErrInvalid), errors.Is(err, dlock.ErrNotFound), errors.As(err, &re):
-		return fail(exitError, "%s", reason(err))
+	if errors.Is(err, dlock.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, dlock.ErrNotObtained) {
+		return fail(exitUnavailable, "%s", reason(err))
 	}
-	return fail(exitUnavailable, "%s", reason(err))
+	return fail(exitError, "%s", reason(err))
 }
