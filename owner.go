@@ -20,9 +20,13 @@ func WithOwner(ctx context.Context, owner string) context.Context {
 	return context.WithValue(ctx, ownerKey{}, owner)
 }
 
-// WithNewOwner returns a copy of ctx with a fresh random owner, for example
-// one per request or per job, so that nested calls passing the context along
-// re-enter while concurrent requests exclude each other.
+// WithNewOwner returns a copy of ctx with a fresh random owner, so that
+// nested calls passing the context along re-enter while concurrent requests
+// exclude each other. Call it where a unit of work starts, once per request
+// or job or goroutine that must exclude the others: everything that shares
+// the returned context is one owner, and re-enters rather than waits. Four
+// goroutines given one such context all hold the lock at once, as one
+// goroutine re-entering would.
 func WithNewOwner(ctx context.Context) context.Context {
 	return WithOwner(ctx, rand.Text())
 }

@@ -193,9 +193,12 @@ func (r *ReentrantMutex) Extend(ctx context.Context, lease time.Duration) error 
 }
 
 // Token returns the fencing token of the hold of the owner in ctx, or 0 when
-// that owner holds nothing through this Client. Re-entry keeps the owner's
-// token; a new hold (after the last Unlock) gets a new one, greater than
-// every token issued earlier for the name (see Mutex.Token).
+// that owner holds nothing through this Client, and when ctx names no owner
+// and the handle was not made WithHandleOwner (then Lock would fail with
+// ErrInvalid too: 0 is never a valid token, so a fence guard refuses it).
+// Re-entry keeps the owner's token; a new hold (after the last Unlock) gets
+// a new one, greater than every token issued earlier for the name (see
+// Mutex.Token).
 func (r *ReentrantMutex) Token(ctx context.Context) uint64 {
 	if l := r.holdOf(ctx); l != nil {
 		return l.token

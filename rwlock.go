@@ -236,7 +236,8 @@ func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
 }
 
 // Token returns the fencing token of the write hold of the owner in ctx, or
-// 0 when that owner does not write through this Client. A write hold's
+// 0 when that owner does not write through this Client, and when ctx names
+// no owner and the handle was not made WithHandleOwner. A write hold's
 // token stays the same through its re-entries; read holds have none.
 func (rw *RWMutex) Token(ctx context.Context) uint64 {
 	if l := rw.holdOf(ctx, true); l != nil {

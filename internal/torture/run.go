@@ -39,6 +39,7 @@ func Run(cfg Config) (Result, error) {
 	if err := cfg.validate(); err != nil {
 		return Result{}, err
 	}
+	redis.SetLogger(quiet{}) // the nemesis's failovers and restarts are in the history
 	logf := cfg.Logf
 	if logf == nil {
 		logf = func(string, ...any) {}
