@@ -66,6 +66,14 @@ var (
 	// call took effect is then unknown; each call says what it does about it
 	// (an acquisition gives back whatever it may have been granted, a
 	// release leaves the hold to end by its lease).
+	//
+	// How long a call takes to fail is go-redis's to say, since a request
+	// whose outcome dlock must know is not cut short by the caller's ctx:
+	// with go-redis's defaults, about 2 s when connections are refused, and
+	// up to ReadTimeout (3 s) for each of 1+MaxRetries (4) attempts when
+	// packets are dropped. Lower those options on the go-redis client for a
+	// quicker answer. A hold's Lost never waits for them: it fires at the
+	// hold's deadline whatever is in flight.
 	ErrUnavailable = errors.New("dlock: redis unavailable")
 
 	// ErrInvalid means bad input: an empty name, a non-positive lease or
