@@ -309,13 +309,18 @@ func (t *task) holdFor() time.Duration {
 }
 
 // work keeps the hold for a while, writing through the fence guard with
-// token now and then, as a careful user does: no write once told the hold
-// is lost. resource names the guarded resource.
+// token now and then. Mostly as a careful user does, no write once told the
+// hold is lost; but a third of the holds told of their loss write once
+// more, as a holder does whose check came before a pause: that write is
+// the fence guard's to refuse. resource names the guarded resource.
 func (t *task) work(h *hold, resource string, token uint64) {
 	d := t.holdFor()
 	end := time.Now().Add(d)
 	for i := 0; ; i++ {
 		if h.isLost() {
+			if token != 0 && t.rng.IntN(3) == 0 {
+				t.write(resource, token) // stale: the guard must refuse it if a newer holder wrote
+			}
 			return
 		}
 		if token != 0 && (i == 0 || t.rng.IntN(3) == 0) {
