@@ -40,7 +40,7 @@
 //
 // # How it works
 //
-// Every state change is one Lua script (see the scripts directory, where each
+// Every state change is one Lua script (see internal/scripts, where each
 // file states its KEYS, ARGV and return values), run by EVALSHA with an EVAL
 // fallback. An uncontended Lock and Unlock cost one round trip each, and
 // calls that goroutines of one Client make at the same moment share

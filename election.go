@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Election elects one leader among campaigners, across processes, as etcd's
@@ -123,7 +123,7 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 	return li.value, nil
 }
 
-// leaderInfo is the leader as scripts/election_leader.lua reports it; id
+// leaderInfo is the leader as internal/scripts/election_leader.lua reports it; id
 // is "" when there is none.
 type leaderInfo struct {
 	id, value string

@@ -7,23 +7,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // excl is an exclusive lock as the excl_*.lua scripts keep it: the model
 // that Mutex, ReentrantMutex and Election share (see
-// scripts/excl_common.lua). It runs the scripts and wakes the waiters of
+// internal/scripts/excl_common.lua). It runs the scripts and wakes the waiters of
 // this Client that a script handed the lock to.
 type excl struct {
 	h       *handle
-	keys    []string // K, Q, QE, F, RL and the channel (see scripts/excl_common.lua)
+	keys    []string // K, Q, QE, F, RL and the channel (see internal/scripts/excl_common.lua)
 	counted string   // "1" for a counted kind (ReentrantMutex), else "0"
 }
 
 // exclKeys are the auxiliary keys of an exclusive lock: its queue, the
 // token memory every lock kind shares, and an RWMutex's readers, which a
 // try looks at before it takes over a released RWMutex's name (see
-// scripts/excl_common.lua).
+// internal/scripts/excl_common.lua).
 var exclKeys = []string{":mq", ":mqe", ":f", ":rl"}
 
 func newExcl(h *handle, counted bool) excl {

@@ -20,7 +20,7 @@ func SetPerSlotRenewals(c *Client, on bool) { c.renewals.perSlot.Store(on) }
 func PerSlotRenewals(c *Client) bool { return c.renewals.perSlot.Load() }
 
 // SetRenewNodeScript makes a cluster Client renew per node with the script
-// src instead of scripts/renew_node.lua. Call it before the first hold.
+// src instead of internal/scripts/renew_node.lua. Call it before the first hold.
 func SetRenewNodeScript(c *Client, src string) { c.renewals.nodeScript = redis.NewScript(src) }
 
 // RejectsScriptFlags is the test of a per-node renewal's error that turns

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Extend, shared by every primitive that has one (Mutex, ReentrantMutex,
-// RWMutex, Permit): one call of scripts/renew.lua that sets the hold's
+// RWMutex, Permit): one call of internal/scripts/renew.lua that sets the hold's
 // lease to the new one, from the server's now, if the hold is still there.
 // From then on the watchdog no longer renews the hold: it ends by the new
 // lease unless Extend is called again or it is released first.

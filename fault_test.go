@@ -21,7 +21,7 @@ import (
 
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultnet"
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // proxied returns a go-redis client with default options (no

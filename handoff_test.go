@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// The exclusive lock's queue (scripts/excl_common.lua): blocked Locks queue
+// The exclusive lock's queue (internal/scripts/excl_common.lua): blocked Locks queue
 // in Redis and a release hands the lock straight to the first live waiter.
 
 func queueKeys(n string) []string {

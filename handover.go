@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // HoldRef names one hold of a lock so that another Client, in another

@@ -9,7 +9,7 @@ import (
 )
 
 // lease is what the watchdog keeps: the keys the server expires, what
-// scripts/renew.lua checks to prove the lease is still ours, and until when
+// internal/scripts/renew.lua checks to prove the lease is still ours, and until when
 // the server is known to keep it. It is embedded in a hold or a mark, which
 // the watchdog tells when the lease ends.
 type lease struct {

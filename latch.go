@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // CountDownLatch lets callers wait until a count, shared across processes,
@@ -79,7 +79,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // state reads the count (0 when not counting) and the generation, which
 // grows by one each time the count reaches zero, and which a latch deleted
 // or expired and set again starts afresh, at a value no earlier incarnation
-// had (see scripts/latch_common.lua).
+// had (see internal/scripts/latch_common.lua).
 func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error) {
 	v, err := l.c.script(ctx, scripts.LatchState, []string{l.key}).Int64Slice()
 	if err == nil && len(v) != 2 {

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock"
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 func TestCountDownLatch_AwaitersOnThreeClients_ReleasedAtZero(t *testing.T) {

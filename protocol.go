@@ -8,7 +8,7 @@ import (
 
 // This file owns dlock's two wire formats between Go and the Lua scripts:
 // the release message published on a lock's channel, and the lease specs the
-// renewal script checks. scripts/lib.lua builds the same formats on the Lua
+// renewal script checks. internal/scripts/lib.lua builds the same formats on the Lua
 // side; a change here must be made there too.
 
 // releaseMsg is what a release publishes on the lock's channel so that the
@@ -116,7 +116,7 @@ var (
 // try again.
 func wakeOneMsg(from string) string { return releaseMsg{from: from, wake: wakeOne}.encode() }
 
-// leaseSpec tells scripts/renew.lua what proves that a lease is still held,
+// leaseSpec tells internal/scripts/renew.lua what proves that a lease is still held,
 // and the watchdog which keys to send with it. The spec is one kind letter
 // followed by an ID.
 type leaseSpec struct {
@@ -124,7 +124,7 @@ type leaseSpec struct {
 	id   string
 }
 
-// Lease kinds. See scripts/renew.lua for what each one checks.
+// Lease kinds. See internal/scripts/renew.lua for what each one checks.
 const (
 	// specHolder: a primitive's main key (a hash) whose field 'o', the
 	// holder, is the ID (a hold of an exclusive lock).

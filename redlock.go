@@ -14,7 +14,7 @@ import (
 
 	"github.com/dlock-go/dlock/internal/coalesce"
 	"github.com/dlock-go/dlock/internal/pubsub"
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Redlock is a Mutex over N independent Redis masters (N odd, at least 3),
@@ -300,7 +300,7 @@ func (r *Redlock) Mutex(name string, opts ...LockOption) *Mutex {
 	return m
 }
 
-// run runs scripts/redlock.lua on the master. Concurrent calls to it share
+// run runs internal/scripts/redlock.lua on the master. Concurrent calls to it share
 // pipelines (internal/coalesce): a pipeline has the latest deadline of its
 // calls, all of which have the node timeout, so a call lasts about as long
 // as it would alone.
@@ -312,7 +312,7 @@ func (n *rlNode) run(ctx context.Context, keys []string, args ...any) *redis.Cmd
 }
 
 // redlockKeys returns the keys of a Redlock Mutex whose main key is key: K,
-// F and CH of scripts/redlock.lua.
+// F and CH of internal/scripts/redlock.lua.
 func redlockKeys(key string) []string {
 	return []string{key, key + redlockFenceSuffix, key + redlockChannelSuffix}
 }

@@ -29,7 +29,7 @@ func (rm *rlMutex) contended() bool {
 type rlMutex struct {
 	r    *Redlock
 	m    *Mutex
-	keys []string // K, F, CH (see scripts/redlock.lua)
+	keys []string // K, F, CH (see internal/scripts/redlock.lua)
 	gate int      // the master contended tries ask first (redlock_try.go); -1: none
 	// contested is when a try of this handle last met other callers
 	// (nanoseconds since rlEpoch on the monotonic clock; 0: never): a

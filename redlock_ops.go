@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // unlock releases hold l on every master.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Renewals on Redis Cluster, per node.
@@ -19,7 +19,7 @@ import (
 // command's keys must share one. With leases spread over thousands of
 // slots, that is about one script call per lease. So the sender merges a
 // chunk's calls per master node instead, into calls of up to renewBatch
-// keys of scripts/renew_node.lua: renew.lua with the Redis 7 script flag
+// keys of internal/scripts/renew_node.lua: renew.lua with the Redis 7 script flag
 // allow-cross-slot-keys, its keys passed in ARGV (Redis checks that declared
 // keys share a slot even with the flag). Each node's calls go in one
 // pipeline on that node's client, in parallel with the other nodes', and

@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // warmConns is how many connections a Client sets up for renewals when it

@@ -11,7 +11,7 @@ import (
 // pipelines, and the goroutines that send them. See watchdog.go; how the
 // pipelines reach Redis is renewals.go's.
 
-// renewCall is one call of scripts/renew.lua: the leases it renews, with
+// renewCall is one call of internal/scripts/renew.lua: the leases it renews, with
 // their keys and specs in order.
 type renewCall struct {
 	leases []*lease

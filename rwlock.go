@@ -6,7 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // RWMutex is a distributed reader/writer lock: many readers or one writer,
@@ -31,7 +31,7 @@ import (
 //
 // Make one with Client.RWMutex. The zero RWMutex is not usable.
 type RWMutex struct {
-	handle        // keys: W, RL, RC, Q, QE, F (see scripts/rw_common.lua) and the channel
+	handle        // keys: W, RL, RC, Q, QE, F (see internal/scripts/rw_common.lua) and the channel
 	self   string // owner ID used when ctx names none (WithHandleOwner); else ""
 }
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Semaphore is a distributed counting semaphore whose permits are leases.
@@ -42,7 +42,7 @@ import (
 // total, once per name; TryAcquire on it, and an Acquire whose ctx ends
 // while it is unset, fail with an error that says the total was never set.
 type Semaphore struct {
-	handle // keys: M, H, C, Q, QE (see scripts/sem_common.lua) and the channel
+	handle // keys: M, H, C, Q, QE (see internal/scripts/sem_common.lua) and the channel
 	idle   time.Duration
 }
 

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dlock-go/dlock/scripts"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Status is what a primitive looks like at one moment, as one read of
@@ -67,7 +67,7 @@ var storedKinds = map[string]string{
 	"semaphore": KindSemaphore, "latch": KindLatch, kindElectionName: KindElection,
 }
 
-// stateSuffixes are the auxiliary keys of every kind, which scripts/state.lua
+// stateSuffixes are the auxiliary keys of every kind, which internal/scripts/state.lua
 // takes whatever kind it finds.
 var stateSuffixes = []string{":mq", ":mqe", ":rl", ":rc", ":h", ":c", ":q", ":qe"}
 
@@ -88,7 +88,7 @@ func (c *Client) statusFor(ctx context.Context, op, name string) (Status, error)
 	return st, err
 }
 
-// status reads h's primitive with scripts/state.lua, expecting the stored
+// status reads h's primitive with internal/scripts/state.lua, expecting the stored
 // kind want (” for any). A free lock of the expected kind whose key is
 // gone reads as the expected kind with no holders.
 func (h *handle) status(ctx context.Context, want string) (Status, error) {
