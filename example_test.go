@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/fence"
 )
 
 // embedded starts an in-process Redis for the examples; in production, pass
@@ -426,4 +427,42 @@ func ExampleWithCohort() {
 	fmt.Println("handed on with the next token:", <-next == first+1)
 	// Output:
 	// handed on with the next token: true
+}
+
+// The README's example: a Mutex whose hold guards a fenced write. In the
+// README, main connects to a Redis server and calls sendInvoice.
+func Example_fencedWrite() {
+	rdb, stop := embedded()
+	defer stop()
+	if err := sendInvoice(context.Background(), rdb); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// invoice 42 sent
+}
+
+// sendInvoice marks invoice 42 sent; any number of processes may run it.
+func sendInvoice(ctx context.Context, rdb *redis.Client) error {
+	c := dlock.New(rdb) // one Client per process, shared by its goroutines
+	defer c.Close()
+
+	m := c.Mutex("invoice:42")
+	if err := m.Lock(ctx); err != nil { // blocks until held, or until ctx ends
+		return err
+	}
+	defer m.Unlock(ctx)
+
+	// work is cancelled if the hold is lost (renewals failed for a lease,
+	// the key was deleted): stop touching what the lock protects then.
+	work, done := m.HoldContext(ctx)
+	defer done()
+
+	// A holder that paused past its lease may still get here. The guard
+	// refuses its write (fence.ErrStale) once a later holder has written.
+	g := fence.NewRedis(rdb)
+	if err := g.Set(work, "invoice:42:status", m.Token(), "sent", 0); err != nil {
+		return err
+	}
+	fmt.Println("invoice 42 sent")
+	return nil
 }
