@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 )
 
@@ -168,7 +169,7 @@ func (a *acquisition) sending() (markTTL time.Duration) {
 
 // newHold makes the record of a hold the server granted on this
 // acquisition's last try, or handed to it.
-func (a *acquisition) newHold(key string, spec leaseSpec) *hold {
+func (a *acquisition) newHold(key string, spec wire.Spec) *hold {
 	l := newHold(a.ctx, a.h, key, spec, a.ttl, a.renew, a.sent)
 	l.grantTTL = a.grantTTL
 	return l
@@ -193,7 +194,7 @@ func (e *staleGrant) Unwrap() error { return ErrNotObtained }
 // caller's mark is kept, or replaced if the watchdog found it gone; anew
 // says the script queued the caller afresh, so a caller that had a place
 // lost it. Either way it has queued again.
-func (a *acquisition) refused(holder string, left time.Duration, queued, anew bool, markKey string, extra []string, spec leaseSpec) (bool, time.Duration, error) {
+func (a *acquisition) refused(holder string, left time.Duration, queued, anew bool, markKey string, extra []string, spec wire.Spec) (bool, time.Duration, error) {
 	if holder != "" {
 		blocked(a.ctx, holder, left)
 	}
@@ -211,7 +212,7 @@ func (a *acquisition) refused(holder string, left time.Duration, queued, anew bo
 	m := newMark(markKey, extra, spec, a.h.markLease(), a.sent, func() {
 		// The place is gone: the lock was handed over (then a try takes it)
 		// or the place was purged (then a try queues again).
-		c.waits.wake(a.h.channel, wakeSpec{ids: []string{id}}, wakeLocal)
+		c.waits.wake(a.h.channel, wire.Wake{IDs: []string{id}}, wakeLocal)
 	})
 	if !c.wd.add(&m.lease) {
 		a.p.leave(a)

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/wire"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -92,7 +93,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			o(&cfg)
 		}
 	}
-	c := &Client{rdb: rdb, cfg: cfg, id: newClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
+	c := &Client{rdb: rdb, cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
 	c.tel = newTelemetry(&cfg)
 	if isNil(rdb) {
 		c.err = invalidf("nil redis client")
@@ -164,17 +165,17 @@ type hubHandler struct{ c *Client }
 // Message wakes waiters after a release elsewhere. A release by this Client
 // already woke its local waiter directly, so its echo is ignored.
 func (h hubHandler) Message(channel, payload string) {
-	m := decodeRelease(payload)
-	if m.from == h.c.id {
+	m := wire.DecodeRelease(payload)
+	if m.From == h.c.id {
 		return // the sender woke its own waiters
 	}
-	h.c.waits.wake(channel, m.wake, wakeRelease)
+	h.c.waits.wake(channel, m.Wake, wakeRelease)
 }
 
 // Subscribed wakes every waiter on channel: any release before the
 // confirmation may have been missed, so each must look again.
 func (h hubHandler) Subscribed(channel string) {
-	h.c.waits.wake(channel, wakeAll, wakeSubscribed)
+	h.c.waits.wake(channel, wire.WakeAll, wakeSubscribed)
 }
 
 // script runs one of dlock's scripts. A call whose ctx cannot be cancelled

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"strings"
 	"sync"
 	"testing"
@@ -106,8 +107,8 @@ func keysInSlot(prefix string, n int) ([]string, uint16) {
 		k := DefaultKeyPrefix + "{" + fmt.Sprintf("%s-%d", prefix, i) + "}"
 		switch {
 		case len(out) == 0:
-			s = slot(k)
-		case slot(k) != s:
+			s = wire.Slot(k)
+		case wire.Slot(k) != s:
 			continue
 		}
 		out = append(out, k)
@@ -200,7 +201,7 @@ func migratingSlotRenewedInTheSameSend(t *testing.T, addrs []string) {
 	for _, res := range got.results {
 		assert.False(t, res.sent.Before(before))
 		for _, b := range res.calls {
-			if len(b.leases) > 1 && slot(b.keys[0]) == s {
+			if len(b.leases) > 1 && wire.Slot(b.keys[0]) == s {
 				srcSent = res.sent // the node's reply for moving[2] and moving[3]
 			}
 		}
@@ -209,7 +210,7 @@ func migratingSlotRenewedInTheSameSend(t *testing.T, addrs []string) {
 	retried := map[string]bool{}
 	for _, res := range got.results {
 		for i, b := range res.calls {
-			if slot(b.keys[0]) == s && len(b.leases) == 1 {
+			if wire.Slot(b.keys[0]) == s && len(b.leases) == 1 {
 				retried[b.keys[0]] = true
 				assert.Equal(t, srcSent, res.sent, "the retry of %s settled as of src's request", b.keys[0])
 				assert.Equal(t, 1, res.scripts[i], "one script call per retried lease")

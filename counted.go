@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"sync"
 	"time"
@@ -18,7 +19,7 @@ import (
 type countedOps interface {
 	// tryScript runs the acquire script for owner, queueing as waiter when
 	// markTTL > 0 and the try is refused.
-	tryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (tryReply, error)
+	tryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error)
 	// serverCount reads the owner's hold count on the server.
 	serverCount(ctx context.Context, owner string) (int64, error)
 	// releaseScript drops one of the owner's holds and wakes whom its
@@ -46,7 +47,7 @@ type counted struct {
 	waiter    string // the owner as it queues
 	markKey   string
 	markExtra []string
-	markSpec  leaseSpec
+	markSpec  wire.Spec
 }
 
 func holdKey(key, owner string) string { return key + "\x00" + owner }
@@ -65,28 +66,28 @@ func (k *counted) try(a *acquisition) (bool, time.Duration, error) {
 		}
 		return false, 0, k.h.fail(a.op, err)
 	}
-	if !r.granted() {
-		return a.refused(r.holder, r.left(), markTTL > 0, r.queued, k.markKey, k.markExtra, k.markSpec)
+	if !r.Held {
+		return a.refused(r.Holder, r.Left, markTTL > 0, r.Queued, k.markKey, k.markExtra, k.markSpec)
 	}
 	return a.granted(func() error {
-		if r.n == 1 {
+		if r.Count == 1 {
 			if err := a.fresh(); err != nil {
 				return err
 			}
 		}
 		fresh := func() *hold {
-			l := a.newHold(k.leaseKey, leaseSpec{k.spec, k.owner})
-			l.extra, l.token = k.extra, r.token
+			l := a.newHold(k.leaseKey, wire.Spec{Kind: k.spec, ID: k.owner})
+			l.extra, l.token = k.extra, r.Token
 			return l
 		}
-		if !c.trackHold(k.hk, r.n, fresh) {
+		if !c.trackHold(k.hk, r.Count, fresh) {
 			return closedErr(a.op, k.h.name)
 		}
-		if r.n == 1 {
+		if r.Count == 1 {
 			c.waits.wakeOwner(k.h.channel, k.owner) // the owner's other waiters re-enter
-			annotate(a.ctx, attrToken.Int64(int64(r.token)))
+			annotate(a.ctx, attrToken.Int64(int64(r.Token)))
 		}
-		annotate(a.ctx, attrHoldCount.Int64(r.n))
+		annotate(a.ctx, attrHoldCount.Int64(r.Count))
 		return nil
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"sync"
 	"time"
@@ -87,7 +88,7 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 		return opErr("campaign", m.name, "", ErrLost)
 	}
 	c := m.c
-	ok, err := c.script(detach(ctx), scripts.ElectionProclaim, []string{m.keys[0], m.keys[1], m.channel}, l.spec.id, value, c.id).Int()
+	ok, err := c.script(detach(ctx), scripts.ElectionProclaim, []string{m.keys[0], m.keys[1], m.channel}, l.spec.ID, value, c.id).Int()
 	if err != nil {
 		return m.fail("campaign", err)
 	}
@@ -96,7 +97,7 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 		return opErr("campaign", m.name, "", ErrLost)
 	}
 	// This Client's own observers: the notice it published is ignored here.
-	c.waits.wake(m.channel, wakeSpec{kind: kindObserver}, wakeRelease)
+	c.waits.wake(m.channel, wire.Wake{Kind: wire.KindObserver}, wakeRelease)
 	return nil
 }
 
@@ -181,7 +182,7 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 func (e *Election) observe(ctx context.Context, out chan<- string) {
 	defer close(out)
 	m, c := e.m, e.m.c
-	w, err := c.waits.join(m.channel, waitAs{kind: kindObserver})
+	w, err := c.waits.join(m.channel, waitAs{kind: wire.KindObserver})
 	if err != nil {
 		return
 	}

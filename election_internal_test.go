@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/wire"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,28 +17,28 @@ import (
 func TestWaitRegistry_Observer_TakesNoticesConfirmationsAndCloseOnly(t *testing.T) {
 	var r waitRegistry
 	r.init()
-	obs, err := r.join("ch", waitAs{kind: kindObserver})
+	obs, err := r.join("ch", waitAs{kind: wire.KindObserver})
 	require.NoError(t, err)
 	first, _ := r.join("ch", waitAs{id: "campaigner-1"})
 	second, _ := r.join("ch", waitAs{id: "campaigner-2"})
 
-	r.wake("ch", wakeOne, wakeRelease)
+	r.wake("ch", wire.WakeOne, wakeRelease)
 	_, ok := pending(first)
 	assert.True(t, ok, "a release's wake-up goes to the first campaigner")
-	r.wake("ch", wakeOne, wakeRelease)
+	r.wake("ch", wire.WakeOne, wakeRelease)
 	r.leave(first, false) // leaves before it looks: passes the wake-up on
 	_, ok = pending(second)
 	assert.True(t, ok, "a wake-up passed on goes to the next campaigner")
 	r.attempt(second)
-	r.wake("ch", wakeAll, wakeLocal)
+	r.wake("ch", wire.WakeAll, wakeLocal)
 	_, ok = pending(obs)
 	assert.False(t, ok, "the observer took a campaigner's wake-up")
 
-	r.wake("ch", wakeAll, wakeSubscribed)
+	r.wake("ch", wire.WakeAll, wakeSubscribed)
 	why, ok := pending(obs)
 	assert.True(t, ok && why == wakeSubscribed, "a subscription's confirmation must reach the observer")
 	r.attempt(obs)
-	r.wake("ch", wakeSpec{kind: kindObserver}, wakeRelease)
+	r.wake("ch", wire.Wake{Kind: wire.KindObserver}, wakeRelease)
 	why, ok = pending(obs)
 	assert.True(t, ok && why == wakeRelease, "a new leader's notice must reach the observer")
 

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"strings"
 	"time"
@@ -34,84 +35,21 @@ func newExcl(h *handle, counted bool) excl {
 	return x
 }
 
-// waiterOf is how a caller that will hold the lock under id queues: its
-// fixed lease in ms (0: renewed by the watchdog), a colon, and id.
-func waiterOf(id string, fixed time.Duration) string {
-	return strconv.FormatInt(millis(fixed), 10) + ":" + id
-}
-
-// tryReply is what an acquiring script answers.
-type tryReply struct {
-	n      int64  // granted: the caller's hold count (>= 1); refused: -(ms the holder's lease has left), 0 when unknown
-	holder string // refused: the holder's ID
-	token  uint64 // granted: the hold's fencing token; refused: the holder's, when known
-	// queued: refused, this try queued the caller anew: it had no place
-	// (its first try, or it lost its place).
-	queued bool
-}
-
-func (r tryReply) granted() bool { return r.n >= 1 }
-
-func (r tryReply) left() time.Duration { return time.Duration(-r.n) * time.Millisecond }
-
-// decodeTry reads an acquiring script's reply: {n, text[, token, queued]},
-// where text is the token when granted and the holder when refused.
-func decodeTry(res []any) (tryReply, error) {
-	var r tryReply
-	n, text, err := pair(res[:min(len(res), 2)])
-	if err != nil {
-		return r, err
-	}
-	r.n = n
-	if n >= 1 {
-		r.token, err = parseToken(text)
-		return r, err
-	}
-	r.holder = text
-	if len(res) > 3 {
-		s, _ := res[2].(string)
-		r.token, _ = strconv.ParseUint(s, 10, 64)
-		added, _ := res[3].(int64)
-		r.queued = added == 1
-	}
-	return r, nil
-}
-
-// parseToken reads a fencing token as a script wrote it; "" (a read hold,
-// which has none) is 0.
-func parseToken(s string) (uint64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	t, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || t == 0 {
-		return 0, fmt.Errorf("unexpected fencing token %q", s)
-	}
-	return t, nil
-}
-
-// try runs excl_try for the waiter: take, claim or re-enter the lock, or,
-// with markTTL > 0, queue.
-func (x *excl) try(ctx context.Context, waiter string, ttl, markTTL time.Duration) (tryReply, error) {
+// try runs excl_try for the waiter id, queued as waiter (with reserve
+// tokens reserved after its own: see wire.ExclWaiter): take, claim or
+// re-enter the lock, or, with markTTL > 0, queue.
+func (x *excl) try(ctx context.Context, waiter, id string, reserve int, ttl, markTTL time.Duration) (wire.Try, error) {
 	c := x.h.c
-	res, err := c.script(ctx, scripts.ExclTry, x.keys, x.h.kind, waiter, millis(ttl), millis(markTTL), c.id, x.counted).Result()
+	res, err := c.script(ctx, scripts.ExclTry, x.keys, x.h.kind, waiter, millis(ttl), millis(markTTL), c.id, x.counted, id, reserve).Result()
 	if err != nil {
-		return tryReply{}, err
+		return wire.Try{}, err
 	}
-	if token, ok := res.(string); ok { // the hot path's reply: a new hold
-		t, err := parseToken(token)
-		return tryReply{n: 1, token: t}, err
-	}
-	list, ok := res.([]any)
-	if !ok {
-		return tryReply{}, fmt.Errorf("unexpected reply %v", res)
-	}
-	r, err := decodeTry(list)
-	if err == nil && !r.granted() && clientOf(r.holder) == c.id {
+	r, err := wire.DecodeTry(res)
+	if err == nil && !r.Held && wire.ClientOf(r.Holder) == c.id {
 		// The holder may be a waiter of this Client that the script just
 		// handed the lock to, or one whose hand-over message is on its way:
 		// either way it holds the lock and is told so here.
-		x.handedTo(r.holder, r.token, r.left())
+		x.handedTo(r.Holder, r.Token, r.Left)
 	}
 	return r, err
 }

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -28,7 +29,7 @@ func SetRenewNodeScript(c *Client, src string) { c.renewals.nodeScript = redis.N
 func RejectsScriptFlags(err error) bool { return rejectsScriptFlags(err) }
 
 // KeySlot is the Redis Cluster hash slot of key.
-func KeySlot(key string) int { return int(slot(key)) }
+func KeySlot(key string) int { return int(wire.Slot(key)) }
 
 // MultiLockMembers returns a MultiLock's member Mutexes, in name order.
 func MultiLockMembers(ml *MultiLock) []*Mutex { return ml.members }

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/wire"
 	"runtime"
 	"time"
 )
@@ -25,10 +26,10 @@ type handle struct {
 // main key with the given suffixes.
 func (c *Client) newHandle(kind, name string, lease time.Duration, err error, suffixes ...string) handle {
 	if err == nil {
-		err = checkName(name)
+		err = wire.CheckName(name)
 	}
-	key := lockKey(c.cfg.prefix, name)
-	h := handle{c: c, kind: kind, name: name, key: key, channel: channelOf(key), lease: lease, err: err}
+	key := wire.LockKey(c.cfg.prefix, name)
+	h := handle{c: c, kind: kind, name: name, key: key, channel: wire.ChannelOf(key), lease: lease, err: err}
 	h.keys = append(h.keys, key)
 	for _, s := range suffixes {
 		h.keys = append(h.keys, key+s)
@@ -130,7 +131,7 @@ func (h *handle) fail(op string, err error) error { return redisErr(op, h.name, 
 // messages. A needless wake-up costs one retry.
 func (h *handle) wakeUnknown(err error) {
 	if outcomeUnknown(err) {
-		h.c.waits.wake(h.channel, wakeAll, wakeLocal)
+		h.c.waits.wake(h.channel, wire.WakeAll, wakeLocal)
 	}
 }
 
@@ -145,7 +146,7 @@ func (h *handle) wakeUnknown(err error) {
 // it hands over in starvation mode: the new holder, not the old one, should
 // run next.
 func (h *handle) handedTo(ids []string, token uint64, ttl time.Duration) {
-	if h.c.waits.wake(h.channel, wakeSpec{kind: kindHanded, ids: ids, fence: token, ttl: ttl}, wakeLocal) > 0 {
+	if h.c.waits.wake(h.channel, wire.Wake{Kind: wire.KindHanded, IDs: ids, Fence: token, TTL: ttl}, wakeLocal) > 0 {
 		runtime.Gosched()
 	}
 }
@@ -154,6 +155,6 @@ func (h *handle) handedTo(ids []string, token uint64, ttl time.Duration) {
 // own waiters, whose echo the Client ignores.
 func (h *handle) wakeLocal(msg string) {
 	if msg != "" {
-		h.c.waits.wake(h.channel, decodeRelease(msg).wake, wakeLocal)
+		h.c.waits.wake(h.channel, wire.DecodeRelease(msg).Wake, wakeLocal)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"strings"
 	"time"
@@ -92,7 +93,7 @@ func ParseHoldRef(s string) (HoldRef, error) {
 // check reports what makes r unusable, as an error wrapping ErrInvalid.
 func (r HoldRef) check() error {
 	switch {
-	case checkName(r.Name) != nil:
+	case wire.CheckName(r.Name) != nil:
 		return invalidf("hold reference with bad name %q", r.Name)
 	case r.Kind != KindMutex:
 		return invalidf("hold reference of kind %q: only a Mutex (%q) hold can be handed over", r.Kind, KindMutex)
@@ -176,7 +177,7 @@ func (m *Mutex) HandOver() (HoldRef, error) {
 	if expired {
 		return HoldRef{}, opErr(op, m.name, "", ErrLost)
 	}
-	return HoldRef{Name: m.name, Kind: KindMutex, ID: l.spec.id, Token: l.token}, nil
+	return HoldRef{Name: m.name, Kind: KindMutex, ID: l.spec.ID, Token: l.token}, nil
 }
 
 // ReleaseRef releases the hold ref names, as its holder's Unlock would: if
@@ -233,7 +234,7 @@ func (c *Client) ExtendRef(ctx context.Context, ref HoldRef, lease time.Duration
 	case leaseOutOfBounds("lease", lease) != "":
 		return opErr(op, ref.Name, leaseOutOfBounds("lease", lease), ErrInvalid)
 	}
-	spec := leaseSpec{specHolder, ref.ID}
+	spec := wire.Spec{Kind: wire.SpecHolder, ID: ref.ID}
 	res, err := c.script(ctx, scripts.Renew, []string{h.key}, millis(lease), spec.String()).Int64Slice()
 	if err == nil && len(res) != 1 {
 		err = fmt.Errorf("unexpected reply %v", res)

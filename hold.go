@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -14,8 +15,8 @@ import (
 // the watchdog tells when the lease ends.
 type lease struct {
 	key   string
-	extra []string // companion keys, for specMemberWith and specMemberWith2
-	spec  leaseSpec
+	extra []string // companion keys, for wire.SpecMemberWith and wire.SpecMemberWith2
+	spec  wire.Spec
 	arg   string        // spec as renew.lua reads it
 	ttl   time.Duration // the lease the server applies, and renewals apply; a third of it between renewals
 	renew bool          // renewed by the watchdog (no WithLease); guarded by the watchdog's mutex once added
@@ -36,7 +37,7 @@ type lease struct {
 	state     leaseState
 }
 
-func newLease(key string, spec leaseSpec, ttl time.Duration, renew bool, sent time.Time) lease {
+func newLease(key string, spec wire.Spec, ttl time.Duration, renew bool, sent time.Time) lease {
 	return lease{key: key, spec: spec, arg: spec.String(), ttl: ttl, renew: renew, start: sent, idx: -1}
 }
 
@@ -97,7 +98,7 @@ type hold struct {
 // Its deadline counts from the send, not the reply, since the server may
 // have started the lease any time after it (see leaseDeadline). The span in ctx, if any, is the
 // one a lost-hold span links back to.
-func newHold(ctx context.Context, h *handle, key string, spec leaseSpec, ttl time.Duration, renew bool, sent time.Time) *hold {
+func newHold(ctx context.Context, h *handle, key string, spec wire.Spec, ttl time.Duration, renew bool, sent time.Time) *hold {
 	l := &hold{
 		lease:    newLease(key, spec, ttl, renew, sent),
 		name:     h.name,
@@ -136,7 +137,7 @@ func (l *hold) report(w *watchdog, state leaseState, cause error) {
 	default:
 		w.tel.holdEnded(l, resultLost)
 		w.tel.holdLost(l, cause)
-		w.log.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", l.spec.id, "client", clientNameOf(l.spec.id), "cause", cause.Error())
+		w.log.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", l.spec.ID, "client", wire.ClientNameOf(l.spec.ID), "cause", cause.Error())
 	}
 }
 
@@ -209,7 +210,7 @@ type mark struct {
 	gone func()
 }
 
-func newMark(key string, extra []string, spec leaseSpec, ttl time.Duration, sent time.Time, gone func()) *mark {
+func newMark(key string, extra []string, spec wire.Spec, ttl time.Duration, sent time.Time, gone func()) *mark {
 	m := &mark{lease: newLease(key, spec, ttl, true, sent), gone: gone}
 	m.extra = extra
 	m.of = m

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
@@ -62,7 +63,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
 		return l.fail("countdown", err)
 	}
 	if n == 0 {
-		l.c.waits.wake(l.channel, wakeAll, wakeLocal)
+		l.c.waits.wake(l.channel, wire.WakeAll, wakeLocal)
 	}
 	return nil
 }
@@ -104,7 +105,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
 		l.wakeUnknown(err)
 		return false, l.fail("delete", err)
 	}
-	l.c.waits.wake(l.channel, wakeAll, wakeLocal)
+	l.c.waits.wake(l.channel, wire.WakeAll, wakeLocal)
 	return n == 1, nil
 }
 

@@ -5,7 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
-	"strconv"
+	"github.com/dlock-go/dlock/internal/wire"
 	"sync"
 	"time"
 )
@@ -102,18 +102,21 @@ func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 // mutexTry is one Lock or TryLock call of a Mutex: the acquirer of its
 // acquisition. Each call holds under a fresh ID.
 type mutexTry struct {
-	m      *Mutex
-	id     string
-	waiter string // id as it queues
+	m       *Mutex
+	id      string
+	reserve int    // tokens its grant reserves after its own (cohort.go)
+	waiter  string // id as it queues: see wire.ExclWaiter
 }
 
 func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *acquisition {
 	id := m.c.newToken()
-	t := &mutexTry{m: m, id: id, waiter: waiterOf(id, m.lease)}
+	t := &mutexTry{m: m, id: id}
+	if m.cohortOn() {
+		t.reserve = m.cohort.max // the tokens of the local handoffs (cohort.go)
+	}
+	t.waiter = wire.ExclWaiter(m.lease, t.reserve, id)
 	as := waitAs{id: id}
 	if m.cohortOn() {
-		// The grant reserves the tokens of the local handoffs (cohort.go).
-		t.waiter = "0+" + strconv.Itoa(m.cohort.max) + ":" + id
 		as.cohort, as.place = m, t.waiter
 		as.local, as.localFor = block && m.cohortRunning(), m.cohort.maxTime
 	}
@@ -121,7 +124,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *acquisi
 	if as.local {
 		a.as.queued = func(at time.Time) error {
 			a.sent = at
-			_, _, err := a.refused("", 0, true, false, m.x.keys[2], m.x.keys[1:2], leaseSpec{specMemberWith, t.waiter})
+			_, _, err := a.refused("", 0, true, false, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
 			return err
 		}
 	}
@@ -138,14 +141,14 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *acquisi
 func (t *mutexTry) try(a *acquisition) (bool, time.Duration, error) {
 	m := t.m
 	markTTL := a.sending()
-	r, err := m.x.try(a.tryCtx(), t.waiter, a.ttl, markTTL)
+	r, err := m.x.try(a.tryCtx(), t.waiter, t.id, t.reserve, a.ttl, markTTL)
 	if err != nil {
 		return false, 0, t.unknownOutcome(a, err)
 	}
-	if r.granted() {
-		return a.granted(func() error { return t.keep(a, r.token) })
+	if r.Held {
+		return a.granted(func() error { return t.keep(a, r.Token) })
 	}
-	return a.refused(clientOf(r.holder), r.left(), markTTL > 0, r.queued, m.x.keys[2], m.x.keys[1:2], leaseSpec{specMemberWith, t.waiter})
+	return a.refused(wire.ClientOf(r.Holder), r.Left, markTTL > 0, r.Queued, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
 }
 
 // keep records the granted hold as the handle's.
@@ -154,7 +157,7 @@ func (t *mutexTry) keep(a *acquisition, token uint64) error {
 		return err
 	}
 	m := t.m
-	l := a.newHold(m.key, leaseSpec{specHolder, t.id})
+	l := a.newHold(m.key, wire.Spec{Kind: wire.SpecHolder, ID: t.id})
 	l.token = token
 	if m.cohortOn() {
 		l.cohort = cohortState{end: token + uint64(m.cohort.max), since: time.Now()}
@@ -285,7 +288,7 @@ func (m *Mutex) release(ctx context.Context, l *hold, op string) error {
 	}
 	m.beginRelease(l)
 	sent := time.Now()
-	remaining, err := m.x.unlockCohort(detach(ctx), l.spec.id, l.cohort.served, enqueue)
+	remaining, err := m.x.unlockCohort(detach(ctx), l.spec.ID, l.cohort.served, enqueue)
 	if len(local) > 0 {
 		// The script queued them only if l still held the lock.
 		for _, place := range m.c.waits.wakeEnded(local, err == nil && remaining == 0, sent) {

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"log/slog"
 	"time"
 
@@ -33,7 +34,7 @@ const (
 	// MaxNameLength is the longest name, in bytes, a primitive may have. A
 	// name is part of every key and channel of its primitive, and of error
 	// messages (which quote at most the first 128 bytes of it).
-	MaxNameLength = 1024
+	MaxNameLength = wire.MaxNameLength
 
 	// renewBatch is the most keys one renewal script call carries.
 	renewBatch = 100
@@ -68,7 +69,7 @@ func defaultConfig() config {
 		prefix:   DefaultKeyPrefix,
 		watchdog: DefaultWatchdogTimeout,
 		logger:   slog.New(slog.DiscardHandler),
-		name:     defaultClientName(),
+		name:     wire.DefaultClientName(),
 	}
 }
 
@@ -80,7 +81,7 @@ func defaultConfig() config {
 // name is invalid.
 func WithClientName(name string) Option {
 	return func(c *config) {
-		if err := checkClientName(name); err != nil {
+		if err := wire.CheckClientName(name); err != nil {
 			c.err = err
 			return
 		}

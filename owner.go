@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 type ownerKey struct{}
@@ -54,7 +55,7 @@ func ownerID(c *Client, ctx context.Context, self string) (string, error) {
 	if o == "" {
 		return "", invalidf("empty owner in context")
 	}
-	return c.id + ".o." + escapeID(o), nil
+	return c.id + ".o." + wire.EscapeID(o), nil
 }
 
 // handleOwnerID is the owner ID of a handle made WithHandleOwner, or "".

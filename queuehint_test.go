@@ -31,7 +31,7 @@ func TestScripts_QueueHint_KeyBackWithWaitersQueued_ReleaseHandsOn(t *testing.T)
 	mark := float64(now.UnixMilli() + 60000)
 	require.NoError(t, rdb.ZAdd(ctx, keys[2], redis.Z{Score: mark, Member: w1}, redis.Z{Score: mark, Member: w2}).Err())
 
-	res, err := scripts.ExclTry.Run(ctx, rdb, keys, "mutex", w1, 30000, 0, client, "0").Slice()
+	res, err := scripts.ExclTry.Run(ctx, rdb, keys, "mutex", w1, 30000, 0, client, "0", client+".1", 0).Slice()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, res[0], "the first waiter takes the free lock")
 

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/wire"
 	"hash/fnv"
 	"net"
 	"strconv"
@@ -154,7 +155,7 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 			o(&cfg)
 		}
 	}
-	c := &Client{cfg: cfg, id: newClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
+	c := &Client{cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
 	c.tel = newTelemetry(&cfg)
 	r := &Redlock{c: c, quorum: len(masters)/2 + 1, seen: make(map[string]struct{})}
 	r.callsIdle = sync.NewCond(&r.callsMu)
@@ -397,18 +398,18 @@ func (r *Redlock) sawToken(t uint64) {
 type rlHubHandler struct{ r *Redlock }
 
 func (h rlHubHandler) Message(channel, payload string) {
-	from, holder, ok := strings.Cut(payload, "|")
-	if !ok || from == h.r.c.id {
-		return // this Redlock woke its own waiters
+	m := wire.DecodeRelease(payload)
+	if m.Wake.Kind != wire.KindReleased || len(m.Wake.IDs) != 1 || m.From == h.r.c.id {
+		return // not a master's release; or this Redlock woke its own waiters
 	}
-	if !h.r.firstSeen(holder) {
+	if !h.r.firstSeen(m.Wake.IDs[0]) {
 		return
 	}
-	h.r.c.waits.wake(channel, wakeOne, wakeRelease)
+	h.r.c.waits.wake(channel, wire.WakeOne, wakeRelease)
 }
 
 func (h rlHubHandler) Subscribed(channel string) {
-	h.r.c.waits.wake(channel, wakeAll, wakeSubscribed)
+	h.r.c.waits.wake(channel, wire.WakeAll, wakeSubscribed)
 }
 
 // released reports whether this Redlock has seen holder's release: from a

@@ -6,6 +6,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"sync"
 	"time"
@@ -19,15 +20,15 @@ func (rm *rlMutex) unlock(ctx context.Context, l *hold) error {
 	m.beginRelease(l)
 	// Masters that answer the try from now on give their grant back
 	// themselves; those that answered already are released below.
-	rm.abandon(l.spec.id)
+	rm.abandon(l.spec.ID)
 	released, failed, lastErr := rm.onEvery(func(ctx context.Context, n *rlNode) (bool, error) {
-		return rm.releaseCtx(ctx, n, l.spec.id)
+		return rm.releaseCtx(ctx, n, l.spec.ID)
 	})
 	if released > 0 {
 		// This Redlock ignores its own release messages; it records the
 		// release itself, for its waiters' tries at a lagging gate.
-		r.firstSeen(l.spec.id)
-		r.c.waits.wake(rm.keys[2], wakeOne, wakeLocal)
+		r.firstSeen(l.spec.ID)
+		r.c.waits.wake(rm.keys[2], wire.WakeOne, wakeLocal)
 	}
 	switch {
 	case released == 0 && failed > 0:
@@ -79,7 +80,7 @@ func (rm *rlMutex) extend(ctx context.Context, spanName string, l *hold, lease t
 			// for it, for a hold that is over: give it back there.
 			var wg sync.WaitGroup
 			for _, n := range applied {
-				wg.Go(func() { _, _ = rm.release(n, l.spec.id) })
+				wg.Go(func() { _, _ = rm.release(n, l.spec.ID) })
 			}
 			wg.Wait()
 			return extendGone, nil
@@ -168,7 +169,7 @@ func (rm *rlMutex) forceUnlock(ctx context.Context, spanName string) (released b
 	}
 	m.mu.Lock()
 	if l := m.hold; l != nil {
-		rm.abandon(l.spec.id) // a late grant must not re-take a master
+		rm.abandon(l.spec.ID) // a late grant must not re-take a master
 	}
 	m.mu.Unlock()
 	ones, fails, lastErr := rm.onEvery(func(cctx context.Context, n *rlNode) (bool, error) {
@@ -176,7 +177,7 @@ func (rm *rlMutex) forceUnlock(ctx context.Context, spanName string) (released b
 		return v == 1, err
 	})
 	if ones > 0 {
-		r.c.waits.wake(rm.keys[2], wakeOne, wakeLocal)
+		r.c.waits.wake(rm.keys[2], wire.WakeOne, wakeLocal)
 		m.mu.Lock()
 		l := m.hold
 		m.mu.Unlock()

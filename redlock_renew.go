@@ -131,7 +131,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease) {
 	}
 	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.ttl))
 	defer cancel()
-	res, err := r.nodes[node].run(nctx, redlockKeys(l.key), "r", h.kind, l.spec.id, millis(l.ttl), strconv.FormatUint(h.token, 10), fenceTTL(l.ttl)).Slice()
+	res, err := r.nodes[node].run(nctx, redlockKeys(l.key), "r", h.kind, l.spec.ID, millis(l.ttl), strconv.FormatUint(h.token, 10), fenceTTL(l.ttl)).Slice()
 	if err == nil {
 		if n, _, perr := pair(res); perr != nil || n < 1 {
 			return // refused: the key is someone else's
@@ -147,7 +147,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease) {
 func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease) {
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.ttl))
 	defer cancel()
-	_ = r.nodes[node].run(nctx, redlockKeys(l.key), "u", kindMutexName, l.spec.id, 0, "0", r.c.id).Err()
+	_ = r.nodes[node].run(nctx, redlockKeys(l.key), "u", kindMutexName, l.spec.ID, 0, "0", r.c.id).Err()
 }
 
 // renewOn runs the renewal calls on one master, in one pipeline (a second

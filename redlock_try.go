@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"strconv"
 	"sync"
@@ -210,20 +211,15 @@ func decodeRedlockTry(node int, res []any, err error) rlReply {
 	if err != nil {
 		return rep
 	}
-	n, text, err := pair(res)
-	if err != nil {
+	r, err := wire.DecodeTry(res)
+	switch {
+	case err != nil:
 		rep.err = err
-		return rep
+	case r.Held:
+		rep.granted, rep.token = true, r.Token
+	default:
+		rep.holder, rep.left = r.Holder, r.Left
 	}
-	if n >= 1 {
-		rep.granted = true
-		rep.token, rep.err = parseToken(text)
-		if rep.err != nil {
-			rep.granted = false
-		}
-		return rep
-	}
-	rep.holder, rep.left = text, time.Duration(-n)*time.Millisecond
 	return rep
 }
 
@@ -345,7 +341,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 			"name", m.name, "lease_left", left.String(), "lease", ttl.String())
 		return false, 0, true, nil
 	}
-	l := newHold(ctx, &m.handle, m.key, leaseSpec{specHolder, t.id}, ttl, renew, t.sent)
+	l := newHold(ctx, &m.handle, m.key, wire.Spec{Kind: wire.SpecHolder, ID: t.id}, ttl, renew, t.sent)
 	l.token = token
 	m.mu.Lock()
 	old := m.hold

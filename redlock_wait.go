@@ -6,6 +6,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/wire"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 	// confirmation call: the waiter looks again at once, as a release may
 	// have come between its try and now.
 	subs := rm.subscribe(channel, sync.OnceFunc(func() {
-		c.waits.wake(channel, wakeSpec{ids: []string{id}}, wakeSubscribed)
+		c.waits.wake(channel, wire.Wake{IDs: []string{id}}, wakeSubscribed)
 	}))
 	acquired := false
 	defer func() {

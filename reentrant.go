@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/wire"
 	"strings"
 	"time"
 )
@@ -53,9 +54,9 @@ func (r *ReentrantMutex) hold(ctx context.Context) (*counted, error) {
 		return nil, err
 	}
 	hk := holdKey(r.key, owner)
-	waiter := waiterOf(owner, r.lease)
-	return &counted{h: &r.handle, ops: reentrantOps{r}, owner: owner, hk: hk, gate: hk, leaseKey: r.key, spec: specHolder,
-		waiter: waiter, markKey: r.x.keys[2], markExtra: r.x.keys[1:2], markSpec: leaseSpec{specMemberWith, waiter}}, nil
+	waiter := wire.ExclWaiter(r.lease, 0, owner)
+	return &counted{h: &r.handle, ops: reentrantOps{r}, owner: owner, hk: hk, gate: hk, leaseKey: r.key, spec: wire.SpecHolder,
+		waiter: waiter, markKey: r.x.keys[2], markExtra: r.x.keys[1:2], markSpec: wire.Spec{Kind: wire.SpecMemberWith, ID: waiter}}, nil
 }
 
 // Lock blocks until the owner holds the lock, ctx ends, or the Client closes.
@@ -98,8 +99,8 @@ func (r *ReentrantMutex) acquire(ctx context.Context, op string, block bool) (bo
 // counted.
 type reentrantOps struct{ r *ReentrantMutex }
 
-func (o reentrantOps) tryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (tryReply, error) {
-	return o.r.x.try(ctx, waiter, ttl, markTTL)
+func (o reentrantOps) tryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
+	return o.r.x.try(ctx, waiter, owner, 0, ttl, markTTL)
 }
 
 func (o reentrantOps) serverCount(ctx context.Context, owner string) (int64, error) {

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 )
 
@@ -382,10 +383,10 @@ func (w *watchdog) batches(round []*lease) []renewCall {
 	for _, l := range round {
 		g := group{ttl: l.ttl}
 		if w.cluster {
-			g.slot = slot(l.key)
+			g.slot = wire.Slot(l.key)
 		}
 		i, ok := open[g]
-		if !ok || len(out[i].keys)+l.spec.keys() > renewBatch {
+		if !ok || len(out[i].keys)+l.spec.Keys() > renewBatch {
 			out = append(out, renewCall{args: []any{millis(l.ttl)}})
 			i = len(out) - 1
 			open[g] = i

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,16 +61,16 @@ func (rw *RWMutex) side(ctx context.Context, write bool) (*counted, error) {
 	}
 	k := &counted{owner: owner, gate: holdKey(rw.keys[0], owner), markKey: rw.keys[4], markExtra: rw.keys[3:4]}
 	if write {
-		k.h, k.ops, k.leaseKey, k.spec = &rw.handle, rwOps{rw, true}, rw.keys[0], specHolder
-		k.waiter = waiterOf("w"+owner, rw.lease)
+		k.h, k.ops, k.leaseKey, k.spec = &rw.handle, rwOps{rw, true}, rw.keys[0], wire.SpecHolder
+		k.waiter = wire.RWWaiter(rw.lease, true, owner)
 	} else {
 		reader := rw.handle
 		reader.kind = kindRWReadName
 		// A read hold keeps RC and W (the lock's kind) alive with it.
-		k.h, k.ops, k.leaseKey, k.extra, k.spec = &reader, rwOps{rw, false}, rw.keys[1], []string{rw.keys[2], rw.keys[0]}, specMemberWith2
-		k.waiter = waiterOf("r"+owner, rw.lease)
+		k.h, k.ops, k.leaseKey, k.extra, k.spec = &reader, rwOps{rw, false}, rw.keys[1], []string{rw.keys[2], rw.keys[0]}, wire.SpecMemberWith2
+		k.waiter = wire.RWWaiter(rw.lease, false, owner)
 	}
-	k.markSpec = leaseSpec{specMemberWith, k.waiter}
+	k.markSpec = wire.Spec{Kind: wire.SpecMemberWith, ID: k.waiter}
 	k.hk = holdKey(k.leaseKey, owner)
 	return k, nil
 }
@@ -80,9 +81,9 @@ func (rw *RWMutex) acquire(ctx context.Context, write bool, op string, block boo
 	if err != nil {
 		return false, err
 	}
-	kind := kindReader
+	kind := wire.KindReader
 	if write {
-		kind = kindWriter
+		kind = wire.KindWriter
 	}
 	return k.h.newAcquisition(ctx, k, op, block, waitAs{kind: kind, owner: k.owner}).run()
 }
@@ -252,7 +253,7 @@ type rwOps struct {
 	write bool
 }
 
-func (o rwOps) tryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (tryReply, error) {
+func (o rwOps) tryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
 	rw := o.rw
 	s := scripts.RWTryRead
 	if o.write {
@@ -260,9 +261,9 @@ func (o rwOps) tryScript(ctx context.Context, _, waiter string, ttl, markTTL tim
 	}
 	res, err := rw.c.script(ctx, s, rw.keys, waiter, millis(ttl), millis(markTTL), rw.c.id).Slice()
 	if err != nil {
-		return tryReply{}, err
+		return wire.Try{}, err
 	}
-	return decodeTry(res)
+	return wire.DecodeTry(res)
 }
 
 func (o rwOps) serverCount(ctx context.Context, owner string) (int64, error) {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"runtime"
 	"sync"
 	"time"
@@ -252,9 +253,9 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 	a := s.newAcquisition(ctx, t, "drain", false, waitAs{id: t.id})
 	a.sent = time.Now()
 	res, err := s.c.script(a.tryCtx(), scripts.SemDrain, s.keys, t.id, millis(a.ttl), s.c.id).Slice()
-	var r tryReply
+	var r wire.Try
 	if err == nil {
-		r, err = decodeTry(res)
+		r, err = wire.DecodeTry(res)
 	}
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -265,11 +266,11 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 		}
 		return nil, s.fail("drain", err)
 	}
-	if r.n == 0 {
+	if !r.Held {
 		return &Permit{s: s, done: true}, nil
 	}
-	t.n = int(r.n)
-	if _, _, err := a.granted(func() error { return t.keep(a, r.token) }); err != nil {
+	t.n = int(r.Count)
+	if _, _, err := a.granted(func() error { return t.keep(a, r.Token) }); err != nil {
 		return nil, err
 	}
 	return t.p, nil
@@ -289,7 +290,7 @@ func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
 	if err != nil {
 		return false, s.fail("delete", err)
 	}
-	s.c.waits.wake(s.channel, wakeAll, wakeLocal)
+	s.c.waits.wake(s.channel, wire.WakeAll, wakeLocal)
 	return n == 1, nil
 }
 
@@ -307,9 +308,9 @@ func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
 	s := t.s
 	markTTL := a.sending()
 	res, err := s.c.script(a.tryCtx(), scripts.SemTry, s.keys, t.id, t.n, millis(a.ttl), millis(markTTL), s.c.id).Slice()
-	var r tryReply
+	var r wire.Try
 	if err == nil {
-		r, err = decodeTry(res)
+		r, err = wire.DecodeTry(res)
 	}
 	if err != nil {
 		if outcomeUnknown(err) {
@@ -319,14 +320,14 @@ func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
 		}
 		return false, 0, s.fail(a.op, err)
 	}
-	if !r.granted() {
-		t.unset = len(res) > 4 && res[4] == int64(1)
+	if !r.Held {
+		t.unset = r.Unset
 		if t.unset && a.block {
 			s.warnUnset()
 		}
-		return a.refused("", r.left(), markTTL > 0, r.queued, s.keys[4], []string{s.keys[3], s.keys[0]}, leaseSpec{specMemberWith2, t.id})
+		return a.refused("", r.Left, markTTL > 0, r.Queued, s.keys[4], []string{s.keys[3], s.keys[0]}, wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	}
-	return a.granted(func() error { return t.keep(a, r.token) })
+	return a.granted(func() error { return t.keep(a, r.Token) })
 }
 
 // keep records the granted permit.
@@ -336,7 +337,7 @@ func (t *semTry) keep(a *acquisition, token uint64) error {
 	}
 	s := t.s
 	annotate(a.ctx, attrPermits.Int(t.n), attrToken.Int64(int64(token)))
-	l := a.newHold(s.keys[1], leaseSpec{specMemberWith2, t.id})
+	l := a.newHold(s.keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	l.extra, l.token = []string{s.keys[0], s.keys[2]}, token
 	t.p = &Permit{s: s, id: t.id, n: t.n, l: l}
 	return a.watch(l)

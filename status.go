@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/wire"
 	"sort"
 	"strconv"
 	"time"
@@ -144,7 +145,7 @@ func decodeStatus(name string, res []any) (Status, error) {
 		count, _ := flat[i+2].(int64)
 		read, _ := flat[i+3].(int64)
 		st.Holders = append(st.Holders, Holder{
-			ID: id, Client: clientNameOf(id), Lease: time.Duration(left) * time.Millisecond,
+			ID: id, Client: wire.ClientNameOf(id), Lease: time.Duration(left) * time.Millisecond,
 			Count: int(count), Read: read == 1,
 		})
 	}

@@ -282,8 +282,10 @@ func exceptionType(err error) string {
 		}
 	}
 	var ce *callError
-	if errors.As(err, &ce) && len(ce.errs) > 0 {
-		err = ce.errs[len(ce.errs)-1]
+	if errors.As(err, &ce) {
+		if wrapped := ce.Unwrap(); len(wrapped) > 0 {
+			err = wrapped[len(wrapped)-1]
+		}
 	}
 	return fmt.Sprintf("%T", err)
 }

@@ -46,7 +46,7 @@ type waiter struct {
 	wake       chan wakeReason // buffered 1; sent to with waitRegistry.mu held
 	woken      bool            // a wake-up is pending and not yet acted on
 	channel    string
-	kind       byte      // kindAny, kindReader or kindWriter
+	kind       byte      // wire.KindAny, wire.KindReader or wire.KindWriter
 	id         string    // optional: the ID a release message may name
 	owner      string    // optional: the owner of a counted hold it waits for
 	fence      uint64    // the token of the latest hand-over it was woken for; guarded by waitRegistry.mu

@@ -1,6 +1,7 @@
 package dlock
 
 import (
+	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -89,7 +90,7 @@ func (r *waitRegistry) leave(w *waiter, acquired bool) {
 		return
 	}
 	if w.woken && !acquired {
-		r.wakeLocked(q, wakeSpec{n: 1, kind: w.kind}, wakeLocal)
+		r.wakeLocked(q, wire.Wake{N: 1, Kind: w.kind}, wakeLocal)
 	}
 }
 
@@ -124,21 +125,21 @@ func (r *waitRegistry) attempt(w *waiter) (granted bool) {
 
 // wake wakes the waiters of channel that spec names and returns how many it
 // signalled. Counted wake-ups skip waiters that already have one pending,
-// oldest first; spec.n <= 0 wakes all waiters of the kind.
-func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) int {
+// oldest first; spec.N <= 0 wakes all waiters of the kind.
+func (r *waitRegistry) wake(channel string, spec wire.Wake, why wakeReason) int {
 	if r.count.Load() == 0 { // an uncontended release takes no lock
 		return 0
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(spec.ids) > 0 {
-		if spec.kind == kindHanded {
+	if len(spec.IDs) > 0 {
+		if spec.Kind == wire.KindHanded {
 			why = wakeHanded
 		}
 		woke := 0
-		for _, id := range spec.ids {
+		for _, id := range spec.IDs {
 			if w := r.byID[id]; w != nil && w.channel == channel {
-				w.fence = spec.fence
+				w.fence = spec.Fence
 				w.signal(why)
 				woke++
 				continue
@@ -154,7 +155,7 @@ func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) int {
 				}
 			}
 		}
-		if why == wakeHanded && spec.ttl > 0 {
+		if why == wakeHanded && spec.TTL > 0 {
 			r.retimeOthers(channel, spec)
 		}
 		return woke
@@ -166,17 +167,17 @@ func (r *waitRegistry) wake(channel string, spec wakeSpec, why wakeReason) int {
 }
 
 // retimeOthers tells the waiters of channel that a hand-over did not name
-// that the new hold ends, at the latest, spec.ttl from now: their fallback
+// that the new hold ends, at the latest, spec.TTL from now: their fallback
 // timers were set for the previous holder's lease, and the new holder may be
 // a waiter that died.
-func (r *waitRegistry) retimeOthers(channel string, spec wakeSpec) {
+func (r *waitRegistry) retimeOthers(channel string, spec wire.Wake) {
 	q := r.queues[channel]
 	if q == nil {
 		return
 	}
-	at := time.Now().Add(spec.ttl)
+	at := time.Now().Add(spec.TTL)
 	for w := q.head; w != nil; w = w.next {
-		if !w.woken && !slices.Contains(spec.ids, w.id) && !slices.Contains(spec.ids, w.owner) {
+		if !w.woken && !slices.Contains(spec.IDs, w.id) && !slices.Contains(spec.IDs, w.owner) {
 			w.retimeAt = at
 			select {
 			case w.wake <- wakeRetime:
@@ -221,13 +222,13 @@ func (r *waitRegistry) wakeOwner(channel, owner string) {
 	}
 }
 
-func (r *waitRegistry) wakeLocked(q *waitQueue, spec wakeSpec, why wakeReason) int {
+func (r *waitRegistry) wakeLocked(q *waitQueue, spec wire.Wake, why wakeReason) int {
 	woke := 0
-	for w := q.head; w != nil && (spec.n <= 0 || woke < spec.n); w = w.next {
+	for w := q.head; w != nil && (spec.N <= 0 || woke < spec.N); w = w.next {
 		// Observers take only their own notices, and the subscription's
 		// confirmations: a notice may have been missed before them.
-		if spec.kind != kindAny && w.kind != spec.kind || w.woken && spec.n > 0 ||
-			w.kind == kindObserver && spec.kind != kindObserver && why != wakeSubscribed {
+		if spec.Kind != wire.KindAny && w.kind != spec.Kind || w.woken && spec.N > 0 ||
+			w.kind == wire.KindObserver && spec.Kind != wire.KindObserver && why != wakeSubscribed {
 			continue
 		}
 		w.signal(why)

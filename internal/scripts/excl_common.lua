@@ -49,18 +49,6 @@
 
 --#include lib.lua
 
-local function parse_waiter(w)
-  local colon = string.find(w, ':', 1, true)
-  local head = string.sub(w, 1, colon - 1)
-  local reserve = 0
-  local plus = string.find(head, '+', 1, true)
-  if plus then
-    reserve = tonumber(string.sub(head, plus + 1)) or 0
-    head = string.sub(head, 1, plus - 1)
-  end
-  return tonumber(head), string.sub(w, colon + 1), reserve
-end
-
 -- An error reply when the queue's keys are not zsets.
 local function queue_keys(Q, QE)
   return aux_key(Q, 'zset') or aux_key(QE, 'zset')

@@ -3,36 +3,33 @@
 -- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
 -- ARGV[1]     the kind ('mutex', 'reentrant', 'election')
 -- ARGV[2]     the caller as a waiter: '<lease>[+<reserve>]:<id>' (see
---             excl_common.lua)
+--             internal/wire's waiter.go)
 -- ARGV[3]     the lease to apply in ms
 -- ARGV[4]     waiting mark lease in ms; 0 for a try that will not wait
 -- ARGV[5]     the Client's ID, for a grant message
 -- ARGV[6]     '1' for a counted kind (re-entry adds a hold), else '0'
+-- ARGV[7]     the waiter's ID, and
+-- ARGV[8]     its reservation ('0' for none), as ARGV[2] has them: the
+--             caller sends them apart so that the hot path parses nothing
 --
--- Returns {count, token} when the caller holds the lock: count is its hold
--- count (1 for a new hold), token the hold's fencing token; the hot path
--- answers a new hold with the token alone, a string standing for {1, token}
--- (a shorter reply costs the server less). It was free with
--- nobody live queued ahead (a new token is issued), or a release had handed
--- it to the caller (then the lease is reset to ARGV[3]), or the caller holds
--- it already (counted: count + 1, lease unchanged; else the lease is reset).
--- Otherwise returns {-(ms the holder's lease has left, at least 1; 0 for no
--- expiry), the holder's ID, its token, 1 when this try queued the caller
--- anew (it was not queued before) else 0} and, if ARGV[4] > 0, queues the
--- caller (once) with its mark set to expire ARGV[4] ms from now. A free
--- lock with others queued goes to the first of them, as a release would; it
--- is then the holder returned. A released lock of another lock kind is taken
--- over (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K
--- of another type with WRONGTYPE) before anything changes.
+-- Returns held(count, token) (lib.lua) when the caller holds the lock:
+-- count is its hold count (1 for a new hold), token the hold's fencing
+-- token; the hot path answers a new hold with the token alone, a string
+-- standing for held(1, token) (a shorter reply costs the server less). It
+-- was free with nobody live queued ahead (a new token is issued), or a
+-- release had handed it to the caller (then the lease is reset to ARGV[3]),
+-- or the caller holds it already (counted: count + 1, lease unchanged; else
+-- the lease is reset). Otherwise returns busy(ms the holder's lease has
+-- left, the holder's ID, its token, 1 when this try queued the caller anew
+-- (it was not queued before) else 0) and, if ARGV[4] > 0, queues the caller
+-- (once) with its mark set to expire ARGV[4] ms from now. A free lock with
+-- others queued goes to the first of them, as a release would; it is then
+-- the holder returned. A released lock of another lock kind is taken over
+-- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K of
+-- another type with WRONGTYPE) before anything changes.
 local K, Q, QE, F, RL, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local kind, waiter, ttl = ARGV[1], ARGV[2], ARGV[3]
-local colon = string.find(waiter, ':', 1, true)
-local id = string.sub(waiter, colon + 1)
-local plus = string.find(waiter, '+', 1, true)
-local reserve = 0
-if plus and plus < colon then
-  reserve = tonumber(string.sub(waiter, plus + 1, colon - 1)) or 0
-end
+local kind, waiter, ttl, id, xs = ARGV[1], ARGV[2], ARGV[3], ARGV[7], ARGV[8]
+local reserve = tonumber(xs)
 -- The hot path, before any helper is defined (see scripts.go): a lock of
 -- this kind, free, nobody queued (no queue hint q), its token known. The
 -- token is issue_fence's (lib.lua), after any reservation (excl_common.lua),
@@ -42,7 +39,7 @@ end
 -- number, and the usual case (the clock ahead of the last token) takes no
 -- conversion to or from a number. Redis formats numbers with printf, a
 -- visible cost here: a Lock that reserves tokens stores the count it got
--- from ARGV[2] as it came, never a number it formatted.
+-- in ARGV[8] as it came, never a number it formatted.
 -- HMGET runs unprotected (redis.pcall costs more): a K of another type
 -- fails the script with WRONGTYPE there, before anything changes.
 local v = redis.call('HMGET', K, 'k', 'o', 'n', 'f', 'x', 'q')
@@ -57,7 +54,6 @@ if v[1] == kind and not v[2] and not v[6] and v[4] then
     end
   end
   if reserve > 0 then
-    local xs = string.sub(waiter, plus + 1, colon - 1)
     redis.call('HSET', K, 'o', id, 'n', '1', 'f', fs, 'x', xs)
     redis.call('PEXPIRE', K, ttl)
     redis.call('SET', F, fs .. '+' .. xs, 'PX', '60000') -- fence_memory
@@ -89,14 +85,14 @@ end
 if holder == id then
   local n = tonumber(v[3] or '1')
   if counted and n >= 1 then
-    return {redis.call('HINCRBY', K, 'n', 1), fence}
+    return held(redis.call('HINCRBY', K, 'n', 1), fence)
   end
   redis.call('HSET', K, 'n', 1) -- a hand-over claimed
   redis.call('PEXPIRE', K, ttl)
-  return {1, fence}
+  return held(1, fence)
 end
 if not holder and redis.call('EXISTS', Q) == 0 then
-  return {1, take(K, F, kind, id, ttl, last(), 1, reserve)}
+  return held(1, take(K, F, kind, id, ttl, last(), 1, reserve))
 end
 bad = queue_keys(Q, QE)
 if bad then
@@ -116,7 +112,7 @@ if not holder then
   if not holder then
     redis.call('ZREM', Q, waiter)
     redis.call('ZREM', QE, waiter)
-    return {1, take(K, F, kind, id, ttl, last(), 1, reserve)}
+    return held(1, take(K, F, kind, id, ttl, last(), 1, reserve))
   end
 end
 local added = 0
@@ -127,4 +123,4 @@ if mark > 0 then
   extend(Q, mark)
   extend(QE, mark)
 end
-return {refusal(redis.call('PTTL', K)), holder, fence, added}
+return busy(redis.call('PTTL', K), holder, fence, added)

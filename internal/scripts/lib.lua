@@ -162,15 +162,24 @@ local function take_expired(Z, now)
   return gone
 end
 
--- How a refused try reports the time a blocking lease has left, for the
--- caller's fallback timer: ms (an expiry in ms from now, or a PTTL) as a
--- negative number, at least 1 for a lease about to end (PTTL says 0 in its
--- last millisecond), and 0 only for no expiry at all.
-local function refusal(ms)
-  if ms == nil or ms < 0 then
-    return 0
+-- Replies of the acquiring scripts (excl_try, rw_try_*, sem_try, sem_drain):
+-- the Lua side of internal/wire's try.go, which reads them. held: the caller
+-- holds, count times (its hold count; a drain's permits), with the fencing
+-- token of its hold ('' for a read hold, which has none). busy: refused;
+-- ms is what the blocking lease has left (an expiry in ms from now, or a
+-- PTTL; nil or negative for none known), holder and token whose hold
+-- blocks ('' when none), queued 1 when this try queued the caller anew, and
+-- flags a primitive's own ('' when none: see try.go).
+local function held(count, token)
+  return {1, count, token}
+end
+
+local function busy(ms, holder, token, queued, flags)
+  local left = 0
+  if ms ~= nil and ms >= 0 then
+    left = math.max(ms, 1) -- PTTL says 0 in its last millisecond
   end
-  return -math.max(ms, 1)
+  return {0, left, holder or '', token or '', queued, flags or ''}
 end
 
 -- Lengthen key's expiry to at least ms; a key without one gets one.
@@ -180,7 +189,29 @@ local function extend(key, ms)
   end
 end
 
--- Release messages. protocol.go owns the format,
+-- Waiter names: the Lua side of internal/wire's waiter.go, which states
+-- the formats. An exclusive lock's waiter '<lease>[+<reserve>]:<id>' reads
+-- as its lease (ms), its ID and its reservation (0 when none); an
+-- RWMutex's '<lease>:<r|w><owner>' as its lease, its role ('r' or 'w') and
+-- its owner.
+local function parse_waiter(w)
+  local colon = string.find(w, ':', 1, true)
+  local head = string.sub(w, 1, colon - 1)
+  local reserve = 0
+  local plus = string.find(head, '+', 1, true)
+  if plus then
+    reserve = tonumber(string.sub(head, plus + 1)) or 0
+    head = string.sub(head, 1, plus - 1)
+  end
+  return tonumber(head), string.sub(w, colon + 1), reserve
+end
+
+local function parse_rw(w)
+  local colon = string.find(w, ':', 1, true)
+  return tonumber(string.sub(w, 1, colon - 1)), string.sub(w, colon + 1, colon + 1), string.sub(w, colon + 2)
+end
+
+-- Release messages. internal/wire's release.go owns the format,
 -- "from|n|kind|ids|fence|ttl": from is the releasing Client's ID; then n
 -- waiters (0: all) of one kind ('' any, 'r' readers, 'w' writers, 'o' an
 -- Election's observers, which only their own kind wakes) to wake, or the
@@ -196,6 +227,12 @@ end
 
 local function msg_handed(from, id, fence, ttl)
   return from .. '|1|g|' .. id .. '|' .. fence .. '|' .. ttl
+end
+
+-- kind 'x': the hold of the holder ID listed was released (a Redlock
+-- master's release: its waiters count the masters that said so).
+local function msg_released(from, id)
+  return from .. '|1|x|' .. id
 end
 
 -- The Client a holder or waiter ID belongs to: IDs start with it and a dot.

@@ -26,11 +26,11 @@
 -- ARGV[6]     the releaser's ID, sent in the message ('u', 'f'); F's
 --             expiry in ms ('t', 'r', 'w')
 --
--- Returns: 't', 'r': {1, token} when the caller holds K now, else
--- {-(ms the holder's lease has left, at least 1; 0: no expiry), holder};
+-- Returns: 't', 'r': held(1, token) when the caller holds K now, else
+-- busy(ms the holder's lease has left, holder) (lib.lua's replies);
 -- 'w', 'u', 'f': 1 when done, 0 when K was not the caller's (not held, for
--- 'f'). A release message is "<from>|<holder ID>". Keys of another kind fail
--- with DLOCK_KIND before anything changes.
+-- 'f'). A release publishes msg_released(from, holder ID) (lib.lua). Keys
+-- of another kind fail with DLOCK_KIND before anything changes.
 local K, F, CH = KEYS[1], KEYS[2], KEYS[3]
 local mode, kind, id = ARGV[1], ARGV[2], ARGV[3]
 -- The hot paths, before any helper is defined (see scripts.go): a try that
@@ -51,14 +51,14 @@ if mode == 't' then
     redis.call('HSET', K, 'k', kind, 'o', id, 'n', 1, 'f', s)
     redis.call('PEXPIRE', K, ARGV[4])
     redis.call('SET', F, s, 'PX', ARGV[6]) -- f > stored
-    return {1, s}
+    return {1, 1, s} -- lib.lua's held(1, s)
   end
 elseif mode == 'u' then
   local h = redis.pcall('HMGET', K, 'k', 'o')
   if not h.err and h[1] == kind and h[2] == id then
     redis.call('HDEL', K, 'o', 'n')
     redis.call('PEXPIRE', K, 60000)
-    redis.call('PUBLISH', CH, ARGV[6] .. '|' .. id)
+    redis.call('PUBLISH', CH, ARGV[6] .. '|1|x|' .. id) -- lib.lua's msg_released(ARGV[6], id)
     return 1
   end
 end
@@ -80,10 +80,10 @@ if mode == 't' or mode == 'r' then
   local ttl = tonumber(ARGV[4])
   if holder == id then
     redis.call('PEXPIRE', K, ttl)
-    return {1, fence or ARGV[5]}
+    return held(1, fence or ARGV[5])
   end
   if holder then
-    return {refusal(redis.call('PTTL', K)), holder}
+    return busy(redis.call('PTTL', K), holder, '', 0)
   end
   local f = tonumber(ARGV[5])
   if mode == 't' then
@@ -100,7 +100,7 @@ if mode == 't' or mode == 'r' then
   redis.call('HSET', K, 'k', kind, 'o', id, 'n', 1, 'f', s)
   redis.call('PEXPIRE', K, ttl)
   raise(f)
-  return {1, s}
+  return held(1, s)
 elseif mode == 'w' then
   if holder ~= id then
     return 0
@@ -117,7 +117,7 @@ elseif mode == 'u' or mode == 'f' then
   end
   redis.call('HDEL', K, 'o', 'n')
   redis.call('PEXPIRE', K, 60000)
-  redis.call('PUBLISH', CH, ARGV[6] .. '|' .. holder)
+  redis.call('PUBLISH', CH, msg_released(ARGV[6], holder))
   return 1
 elseif mode == 's' then
   return {holder or '', redis.call('PTTL', K), fence or ''}

@@ -30,11 +30,6 @@
 
 --#include lib.lua
 
-local function parse_rw(w)
-  local colon = string.find(w, ':', 1, true)
-  return tonumber(string.sub(w, 1, colon - 1)), string.sub(w, colon + 1, colon + 1), string.sub(w, colon + 2)
-end
-
 -- An error reply when an auxiliary key is not of its type.
 local function rw_keys(RL, RC, Q, QE)
   return aux_key(RL, 'zset') or aux_key(RC, 'hash') or aux_key(Q, 'zset') or aux_key(QE, 'zset')

@@ -38,7 +38,7 @@ purge(RL, RC, Q, QE, now)
 local writer = v[2]
 local n = tonumber(redis.call('HGET', RC, owner) or '-1')
 if n >= 1 then
-  return {redis.call('HINCRBY', RC, owner, 1), ''}
+  return held(redis.call('HINCRBY', RC, owner, 1), '')
 end
 if n == 0 or writer == owner or not writer and not writer_queued(Q) then
   -- A hand-over claimed, a writer reading, or a free lock: a fresh lease.
@@ -49,7 +49,7 @@ if n == 0 or writer == owner or not writer and not writer_queued(Q) then
   keep_kind(W, RL, now)
   redis.call('ZREM', Q, waiter)
   redis.call('ZREM', QE, waiter)
-  return {1, ''}
+  return held(1, '')
 end
 local added = 0
 if mark > 0 then
@@ -62,4 +62,4 @@ else
   local first = redis.call('ZRANGE', Q, 0, 0)[1]
   left = first and tonumber(redis.call('ZSCORE', QE, first)) - now
 end
-return {refusal(left), writer or '', '', added}
+return busy(left, writer, '', added)

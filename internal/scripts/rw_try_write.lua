@@ -36,11 +36,11 @@ end
 local holder, fence = v[2], v[4]
 if holder == owner then
   if tonumber(v[3] or '1') >= 1 then
-    return {redis.call('HINCRBY', W, 'n', 1), fence}
+    return held(redis.call('HINCRBY', W, 'n', 1), fence)
   end
   redis.call('HSET', W, 'n', 1) -- a hand-over claimed
   redis.call('PEXPIRE', W, ttl)
-  return {1, fence}
+  return held(1, fence)
 end
 local s, us = now_parts()
 local now = s * 1000 + math.floor(us / 1000)
@@ -56,7 +56,7 @@ if not holder and redis.call('ZCARD', RL) == 0 then
     local f = issue_fence(F, carried or tonumber(fence))
     redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 1, 'f', f)
     redis.call('PEXPIRE', W, ttl)
-    return {1, f}
+    return held(1, f)
   end
   -- Announced from nobody (''), so that the caller's own Client applies it
   -- too: this try learns only whether the lock went to itself.
@@ -64,7 +64,7 @@ if not holder and redis.call('ZCARD', RL) == 0 then
   if to == owner then
     redis.call('HSET', W, 'n', 1) -- handed to this very try: claimed
     redis.call('PEXPIRE', W, ttl)
-    return {1, f}
+    return held(1, f)
   end
   holder = redis.call('HGET', W, 'o')
 end
@@ -80,4 +80,4 @@ else
   left = first[2] and (tonumber(first[2]) - now)
   holder = first[1] or ''
 end
-return {refusal(left), holder, '', added}
+return busy(left, holder, '', added)

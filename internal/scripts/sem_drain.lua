@@ -23,7 +23,7 @@ if purge(M, H, C, Q, QE, now) > 0 then
 end
 local n, total = available(M)
 if n <= 0 or needed(C, Q, 1, redis.call('ZCARD', Q), total) > 0 then
-  return {0, ''}
+  return busy(nil, '', '', 0)
 end
 local f = next_fence(v[5])
 redis.call('HINCRBY', M, 'used', n)
@@ -31,4 +31,4 @@ redis.call('HSET', M, 'k', 'semaphore', 'f', f)
 redis.call('ZADD', H, now + ttl, id)
 redis.call('HSET', C, id, n)
 touch(M, H, C, Q, QE, v[4])
-return {n, f}
+return held(n, f)

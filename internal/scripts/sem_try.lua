@@ -49,7 +49,7 @@ if ahead + n <= avail then
   redis.call('ZREM', Q, id)
   redis.call('ZREM', QE, id)
   touch(M, H, C, Q, QE, v[4])
-  return {1, f}
+  return held(1, f)
 end
 local added = 0
 if mark > 0 then
@@ -86,4 +86,4 @@ end
 if not total and mark > 0 then
   next = math.min(next or now + mark, now + math.floor(mark / 2))
 end
-return {refusal(next and next - now), '', '', added, total and 0 or 1}
+return busy(next and next - now, '', '', added, total and '' or 'unset')

@@ -1,8 +1,9 @@
-package dlock
+package wire
 
 import (
 	"crypto/rand"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/errs"
 	"os"
 	"strings"
 	"unicode/utf8"
@@ -21,12 +22,12 @@ import (
 // characters and '%' itself, each written as %XX. Owners named with
 // WithOwner are escaped the same way.
 
-// maxClientName is the longest Client name WithClientName accepts, in bytes.
-const maxClientName = 128
+// MaxClientName is the longest Client name WithClientName accepts, in bytes.
+const MaxClientName = 128
 
 // defaultClientName is the name a Client gets without WithClientName: the
 // host name and the process ID, "host:pid".
-func defaultClientName() string {
+func DefaultClientName() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "unknown"
@@ -34,25 +35,25 @@ func defaultClientName() string {
 	return fmt.Sprintf("%s:%d", host, os.Getpid())
 }
 
-func checkClientName(name string) error {
+func CheckClientName(name string) error {
 	switch {
 	case name == "":
-		return invalidf("empty client name")
-	case len(name) > maxClientName:
-		return invalidf("client name longer than %d bytes", maxClientName)
+		return errs.Invalidf("empty client name")
+	case len(name) > MaxClientName:
+		return errs.Invalidf("client name longer than %d bytes", MaxClientName)
 	case !utf8.ValidString(name):
-		return invalidf("client name %q is not UTF-8", name)
+		return errs.Invalidf("client name %q is not UTF-8", name)
 	}
 	return nil
 }
 
 // newClientID returns a fresh ID for a Client called name.
-func newClientID(name string) string {
-	return escapeID(name) + "~" + rand.Text()
+func NewClientID(name string) string {
+	return EscapeID(name) + "~" + rand.Text()
 }
 
-// escapeID writes s with the characters IDs reserve as %XX.
-func escapeID(s string) string {
+// EscapeID writes s with the characters IDs reserve as %XX.
+func EscapeID(s string) string {
 	if !strings.ContainsFunc(s, reservedInID) {
 		return s
 	}
@@ -75,8 +76,8 @@ func reservedInID(r rune) bool {
 	return r < ' '
 }
 
-// unescapeID undoes escapeID; text it did not write comes back as it is.
-func unescapeID(s string) string {
+// UnescapeID undoes EscapeID; text it did not write comes back as it is.
+func UnescapeID(s string) string {
 	if !strings.Contains(s, "%") {
 		return s
 	}
@@ -106,7 +107,7 @@ func unhex(c byte) byte {
 
 // clientOf returns the ID of the Client a holder or waiter ID belongs to:
 // every such ID starts with it and a dot.
-func clientOf(id string) string {
+func ClientOf(id string) string {
 	c, _, _ := strings.Cut(id, ".")
 	return c
 }
@@ -114,10 +115,10 @@ func clientOf(id string) string {
 // clientNameOf returns the name of the Client a holder or waiter ID belongs
 // to, as WithClientName set it ("" for an ID that has none, such as one
 // written by a dlock version before names).
-func clientNameOf(id string) string {
-	name, _, ok := strings.Cut(clientOf(id), "~")
+func ClientNameOf(id string) string {
+	name, _, ok := strings.Cut(ClientOf(id), "~")
 	if !ok {
 		return ""
 	}
-	return unescapeID(name)
+	return UnescapeID(name)
 }

@@ -1,31 +1,39 @@
-package dlock
+package wire
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/dlock-go/dlock/internal/errs"
+)
+
+// MaxNameLength is the longest name, in bytes, a primitive may have (see
+// dlock.MaxNameLength).
+const MaxNameLength = 1024
 
 // Every key of a primitive named n under prefix p starts with p{n}, so that all
 // of them hash to one Redis Cluster slot. The lock itself is p{n}; auxiliary
 // keys and channels add a suffix.
-func lockKey(prefix, name string) string { return prefix + "{" + name + "}" }
+func LockKey(prefix, name string) string { return prefix + "{" + name + "}" }
 
-func channelOf(key string) string { return key + ":ch" }
+func ChannelOf(key string) string { return key + ":ch" }
 
-func checkName(name string) error {
+func CheckName(name string) error {
 	switch {
 	case name == "":
-		return invalidf("empty name")
+		return errs.Invalidf("empty name")
 	case len(name) > MaxNameLength:
-		return invalidf("name of %d bytes, longer than the %d bytes a name may have (dlock.MaxNameLength)", len(name), MaxNameLength)
+		return errs.Invalidf("name of %d bytes, longer than the %d bytes a name may have (dlock.MaxNameLength)", len(name), MaxNameLength)
 	case strings.HasPrefix(name, "}"):
 		// p{}... would make the hash tag empty, scattering a lock's keys
 		// over several cluster slots.
-		return invalidf("name %q starts with '}'", name)
+		return errs.Invalidf("name %q starts with '}'", name)
 	}
 	return nil
 }
 
 // slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag,
 // or of the whole key when it has none, modulo 16384.
-func slot(key string) uint16 {
+func Slot(key string) uint16 {
 	if s := strings.IndexByte(key, '{'); s >= 0 {
 		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
 			key = key[s+1 : s+1+e]
