@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 )
@@ -196,7 +197,7 @@ func (e *staleGrant) Unwrap() error { return ErrNotObtained }
 // lost it. Either way it has queued again.
 func (a *acquisition) refused(holder string, left time.Duration, queued, anew bool, markKey string, extra []string, spec wire.Spec) (bool, time.Duration, error) {
 	if holder != "" {
-		blocked(a.ctx, holder, left)
+		telemetry.Blocked(a.ctx, holder, left)
 	}
 	if !queued {
 		return false, left, nil

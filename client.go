@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"log/slog"
 	"reflect"
@@ -31,7 +32,7 @@ type Client struct {
 	hub   *pubsub.Hub
 	waits waitRegistry
 	wd    *watchdog
-	tel   *telemetry
+	tel   *telemetry.Telemetry
 
 	holdsMu sync.Mutex
 	holds   map[string]*hold      // counted holds, by holdKey(key, owner)
@@ -94,7 +95,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		}
 	}
 	c := &Client{rdb: rdb, cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
-	c.tel = newTelemetry(&cfg)
+	c.tel = telemetry.New(cfg.tracerProvider, cfg.meterProvider, cfg.nameAttr)
 	if isNil(rdb) {
 		c.err = invalidf("nil redis client")
 	}

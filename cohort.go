@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"runtime"
 	"slices"
 	"time"
@@ -45,7 +46,7 @@ type cohortState struct {
 
 // cohortOn reports whether m hands its holds on locally.
 func (m *Mutex) cohortOn() bool {
-	return m.cohort.max > 0 && m.rl == nil && m.lease == 0 && m.kind == kindMutexName
+	return m.cohort.max > 0 && m.rl == nil && m.lease == 0 && m.kind == telemetry.KindMutex
 }
 
 // passLocal hands l, just taken off the handle by Unlock, to the first
@@ -228,7 +229,7 @@ func (w *watchdog) pass(old, nl *lease) bool {
 	w.unlock()
 	kick(w.clockKick)
 	if h, ok := nl.of.(*hold); ok {
-		w.tel.holdStarted(h)
+		w.tel.HoldStarted(h.kind, h.name)
 	}
 	return true
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"sync"
@@ -85,9 +86,9 @@ func (k *counted) try(a *acquisition) (bool, time.Duration, error) {
 		}
 		if r.Count == 1 {
 			c.waits.wakeOwner(k.h.channel, k.owner) // the owner's other waiters re-enter
-			annotate(a.ctx, attrToken.Int64(int64(r.Token)))
+			telemetry.Annotate(a.ctx, telemetry.AttrToken.Int64(int64(r.Token)))
 		}
-		annotate(a.ctx, attrHoldCount.Int64(r.Count))
+		telemetry.Annotate(a.ctx, telemetry.AttrHoldCount.Int64(r.Count))
 		return nil
 	})
 }

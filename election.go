@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"sync"
@@ -34,7 +35,7 @@ type Election struct {
 // renewals. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
 func (c *Client) Election(name string, opts ...LockOption) *Election {
-	return &Election{m: c.newMutex(kindElectionName, name, opts)}
+	return &Election{m: c.newMutex(telemetry.KindElection, name, opts)}
 }
 
 // Name returns the election's name, without the key prefix.
@@ -194,9 +195,8 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 		return
 	}
 	defer c.hub.Release(m.channel)
-	attrs := c.tel.metricAttrs(kindElectionName+"_observer", "", m.name)
-	c.tel.waiters.Add(context.Background(), 1, attrs)
-	defer c.tel.waiters.Add(context.Background(), -1, attrs)
+	c.tel.Waiters(1, telemetry.KindElection+"_observer", m.name)
+	defer c.tel.Waiters(-1, telemetry.KindElection+"_observer", m.name)
 
 	o := observer{e: e, ctx: ctx, out: out, w: w, timer: time.NewTimer(time.Hour)}
 	defer o.timer.Stop()
@@ -278,9 +278,9 @@ func (o *observer) sleep(d time.Duration) bool {
 			if why == wakeClosed {
 				return false
 			}
-			wokeUp(o.ctx, wakeReasonNames[why], o.looked+1)
+			telemetry.WokeUp(o.ctx, wakeReasonNames[why], o.looked+1)
 		case <-o.timer.C:
-			wokeUp(o.ctx, "timer", o.looked+1)
+			telemetry.WokeUp(o.ctx, "timer", o.looked+1)
 		case <-o.ctx.Done():
 			return false
 		}
@@ -305,5 +305,5 @@ func (e *Election) HoldContext(parent context.Context) (context.Context, context
 
 // Status reads the election in one round trip (see Mutex.Status).
 func (e *Election) Status(ctx context.Context) (Status, error) {
-	return e.m.status(ctx, kindElectionName)
+	return e.m.status(ctx, telemetry.KindElection)
 }

@@ -169,7 +169,7 @@ func (x *excl) forceUnlock(ctx context.Context, spanName string, lose func(cause
 // lock to}), and wakes this Client's waiters it handed the lock to.
 func (h *handle) forceUnlock(ctx context.Context, spanName string, run func(context.Context) ([]any, error), lose func(cause error)) (released bool, err error) {
 	ctx, sp, err := h.begin(ctx, spanName)
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return false, err
 	}

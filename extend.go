@@ -45,7 +45,7 @@ func (h *handle) extend(ctx context.Context, spanName string, l *hold, lease tim
 func (h *handle) extendBy(ctx context.Context, spanName string, l *hold, lease time.Duration, apply func(ctx context.Context) (extendOutcome, error)) (err error) {
 	const op = "extend"
 	ctx, sp, err := h.begin(ctx, spanName)
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	switch {
 	case err != nil:
 		return err

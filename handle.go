@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"runtime"
 	"time"
@@ -12,7 +13,7 @@ import (
 // which every call then returns.
 type handle struct {
 	c       *Client
-	kind    string // the dlock.kind attribute (kindMutexName, ...)
+	kind    string // the dlock.kind attribute (telemetry.KindMutex, ...)
 	name    string
 	key     string        // p{name}; auxiliary keys add a suffix
 	channel string        // where releases are published
@@ -57,18 +58,18 @@ func (h *handle) usable(ctx context.Context) error {
 // begin opens the span of a call that is not an acquisition (a release, a
 // count-down) and checks that it may proceed. The span is open even when an
 // error is returned, so the caller can end it with that error.
-func (h *handle) begin(ctx context.Context, spanName string) (context.Context, span, error) {
+func (h *handle) begin(ctx context.Context, spanName string) (context.Context, telemetry.Span, error) {
 	if ctx == nil {
-		_, sp := h.c.tel.start(context.Background(), h.kind, spanName, h.name, h.spanLease())
+		_, sp := h.c.tel.Start(context.Background(), h.kind, spanName, h.name, h.spanLease())
 		return context.Background(), sp, h.usable(nil)
 	}
-	ctx, sp := h.c.tel.start(ctx, h.kind, spanName, h.name, h.spanLease())
+	ctx, sp := h.c.tel.Start(ctx, h.kind, spanName, h.name, h.spanLease())
 	return ctx, sp, h.usable(ctx)
 }
 
 // beginAcquire is begin for an acquisition, which also fails, as not
 // obtained, when ctx has already ended.
-func (h *handle) beginAcquire(ctx context.Context, spanName, op string) (context.Context, span, error) {
+func (h *handle) beginAcquire(ctx context.Context, spanName, op string) (context.Context, telemetry.Span, error) {
 	ctx, sp, err := h.begin(ctx, spanName)
 	if err == nil && ctx.Err() != nil {
 		err = notObtained(op, h.name, ctx)
@@ -79,7 +80,7 @@ func (h *handle) beginAcquire(ctx context.Context, spanName, op string) (context
 // spanLease is the lease a span reports: fixed, watchdog (0), or none (-1)
 // for primitives without holds.
 func (h *handle) spanLease() time.Duration {
-	if h.kind == kindLatchName {
+	if h.kind == telemetry.KindLatch {
 		return -1
 	}
 	return h.lease

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"strings"
@@ -196,9 +197,9 @@ func (c *Client) ReleaseRef(ctx context.Context, ref HoldRef) (err error) {
 	if err := ref.check(); err != nil {
 		return opErr(op, ref.Name, "", err)
 	}
-	h := c.newHandle(kindMutexName, ref.Name, 0, nil, exclKeys...)
+	h := c.newHandle(telemetry.KindMutex, ref.Name, 0, nil, exclKeys...)
 	ctx, sp, err := h.begin(ctx, "dlock.Client.ReleaseRef")
-	defer func() { sp.endRelease(err) }()
+	defer func() { sp.EndRelease(err) }()
 	if err != nil {
 		return err
 	}
@@ -225,9 +226,9 @@ func (c *Client) ExtendRef(ctx context.Context, ref HoldRef, lease time.Duration
 	if err := ref.check(); err != nil {
 		return opErr(op, ref.Name, "", err)
 	}
-	h := c.newHandle(kindMutexName, ref.Name, 0, nil, exclKeys...)
+	h := c.newHandle(telemetry.KindMutex, ref.Name, 0, nil, exclKeys...)
 	ctx, sp, err := h.begin(ctx, "dlock.Client.ExtendRef")
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	switch {
 	case err != nil:
 		return err

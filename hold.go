@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
@@ -130,13 +131,13 @@ func (l *hold) ended(state leaseState, cause error) {
 func (l *hold) report(w *watchdog, state leaseState, cause error) {
 	switch {
 	case state == leaseReleased:
-		w.tel.holdEnded(l, resultReleased)
+		w.tel.HoldEnded(l.kind, l.name, l.acquired, telemetry.ResultReleased)
 	case errors.Is(cause, ErrClosed):
 		// A shutdown is not a loss: the holder is told, nothing is counted.
-		w.tel.holdEnded(l, resultClosed)
+		w.tel.HoldEnded(l.kind, l.name, l.acquired, telemetry.ResultClosed)
 	default:
-		w.tel.holdEnded(l, resultLost)
-		w.tel.holdLost(l, cause)
+		w.tel.HoldEnded(l.kind, l.name, l.acquired, telemetry.ResultLost)
+		w.tel.HoldLost(l.kind, l.name, l.origin, cause)
 		w.log.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", l.spec.ID, "client", wire.ClientNameOf(l.spec.ID), "cause", cause.Error())
 	}
 }

@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
@@ -26,7 +27,7 @@ type CountDownLatch struct {
 // error wrapping ErrInvalid.
 func (c *Client) CountDownLatch(name string, opts ...LatchOption) *CountDownLatch {
 	lc := buildSemConfig(opts, LatchOption.applyLatch)
-	return &CountDownLatch{handle: c.newHandle(kindLatchName, name, 0, lc.err), idle: lc.idle}
+	return &CountDownLatch{handle: c.newHandle(telemetry.KindLatch, name, 0, lc.err), idle: lc.idle}
 }
 
 // Name returns the latch's name, without the key prefix.
@@ -53,7 +54,7 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 // already it does nothing.
 func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
 	ctx, sp, err := l.begin(ctx, "dlock.CountDownLatch.CountDown")
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return err
 	}
@@ -96,7 +97,7 @@ func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error
 // It reports whether there was a latch to delete.
 func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
 	ctx, sp, err := l.begin(ctx, "dlock.CountDownLatch.Delete")
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return false, err
 	}
@@ -119,7 +120,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
 // first it returns an error matching both ErrNotObtained and ctx.Err().
 func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 	ctx, sp, err := l.beginAcquire(ctx, "dlock.CountDownLatch.Await", "await")
-	defer func() { sp.endAcquire(err, err == nil, true) }()
+	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err != nil {
 		return err
 	}
@@ -134,5 +135,5 @@ func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 		}
 		return err == nil && (count <= 0 || gen != gen0), 0, err
 	}
-	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{metric: kindLatchName}, 0, try)
+	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{metric: telemetry.KindLatch}, 0, try)
 }

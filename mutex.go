@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"sync"
 	"time"
@@ -38,7 +39,7 @@ type Mutex struct {
 // Redis. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
 func (c *Client) Mutex(name string, opts ...LockOption) *Mutex {
-	return c.newMutex(kindMutexName, name, opts)
+	return c.newMutex(telemetry.KindMutex, name, opts)
 }
 
 // newMutex makes a Mutex whose keys hold the given kind: a plain Mutex, or
@@ -70,7 +71,7 @@ func (m *Mutex) Lock(ctx context.Context) error { return m.lock(ctx, "dlock.Mute
 // lock is Lock for a call of op (its errors name op) recorded as spanName.
 func (m *Mutex) lock(ctx context.Context, spanName, op string) (err error) {
 	ctx, sp, err := m.beginAcquire(ctx, spanName, op)
-	defer func() { sp.endAcquire(err, err == nil, true) }()
+	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func (m *Mutex) lock(ctx context.Context, spanName, op string) (err error) {
 // Lock with a deadline in ctx.
 func (m *Mutex) TryLock(ctx context.Context) (ok bool, err error) {
 	ctx, sp, err := m.beginAcquire(ctx, "dlock.Mutex.TryLock", "trylock")
-	defer func() { sp.endAcquire(err, ok, false) }()
+	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err != nil {
 		return false, err
 	}
@@ -179,7 +180,7 @@ func (t *mutexTry) keep(a *acquisition, token uint64) error {
 		m.mu.Unlock()
 		return err
 	}
-	annotate(a.ctx, attrHoldCount.Int(1), attrToken.Int64(int64(token)))
+	telemetry.Annotate(a.ctx, telemetry.AttrHoldCount.Int(1), telemetry.AttrToken.Int64(int64(token)))
 	return nil
 }
 
@@ -229,7 +230,7 @@ func (m *Mutex) Unlock(ctx context.Context) error {
 // spanName.
 func (m *Mutex) unlock(ctx context.Context, spanName, op string) (err error) {
 	ctx, sp, err := m.begin(ctx, spanName)
-	defer func() { sp.endRelease(err) }()
+	defer func() { sp.EndRelease(err) }()
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"sync"
 	"time"
 )
@@ -45,8 +46,8 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	}
 	s := p.s
 	ctx, sp, err := s.begin(ctx, "dlock.Permit.Release")
-	defer func() { sp.endRelease(err) }()
-	annotate(ctx, attrPermits.Int(p.n))
+	defer func() { sp.EndRelease(err) }()
+	telemetry.Annotate(ctx, telemetry.AttrPermits.Int(p.n))
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"hash/fnv"
 	"net"
@@ -156,7 +157,7 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 		}
 	}
 	c := &Client{cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
-	c.tel = newTelemetry(&cfg)
+	c.tel = telemetry.New(cfg.tracerProvider, cfg.meterProvider, cfg.nameAttr)
 	r := &Redlock{c: c, quorum: len(masters)/2 + 1, seen: make(map[string]struct{})}
 	r.callsIdle = sync.NewCond(&r.callsMu)
 	if c.err == nil {
@@ -296,7 +297,7 @@ func normalAddr(network, addr string) string {
 // not apply. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
 func (r *Redlock) Mutex(name string, opts ...LockOption) *Mutex {
-	m := r.c.newMutex(kindMutexName, name, opts)
+	m := r.c.newMutex(telemetry.KindMutex, name, opts)
 	m.rl = &rlMutex{r: r, m: m, keys: redlockKeys(m.key), gate: gateOf(r.nodes, m.key)}
 	return m
 }

@@ -163,7 +163,7 @@ func (rm *rlMutex) ttl(ctx context.Context) (time.Duration, error) {
 func (rm *rlMutex) forceUnlock(ctx context.Context, spanName string) (released bool, err error) {
 	m, r := rm.m, rm.r
 	ctx, sp, err := m.begin(ctx, spanName)
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return false, err
 	}

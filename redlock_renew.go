@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"slices"
 	"strconv"
 	"sync"
@@ -147,7 +148,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease) {
 func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease) {
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.ttl))
 	defer cancel()
-	_ = r.nodes[node].run(nctx, redlockKeys(l.key), "u", kindMutexName, l.spec.ID, 0, "0", r.c.id).Err()
+	_ = r.nodes[node].run(nctx, redlockKeys(l.key), "u", telemetry.KindMutex, l.spec.ID, 0, "0", r.c.id).Err()
 }
 
 // renewOn runs the renewal calls on one master, in one pipeline (a second

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"strconv"
@@ -264,7 +265,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 			failed = rep.err
 		default:
 			left = max(left, rep.left)
-			blocked(ctx, rep.holder, rep.left)
+			telemetry.Blocked(ctx, rep.holder, rep.left)
 		}
 	}
 	if len(granted) < r.quorum {
@@ -361,7 +362,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 	}
 	t.decide(true, l)
 	rm.refuser.Store(nil)
-	annotate(ctx, attrHoldCount.Int(1), attrToken.Int64(int64(token)))
+	telemetry.Annotate(ctx, telemetry.AttrHoldCount.Int(1), telemetry.AttrToken.Int64(int64(token)))
 	return true, 0, false, nil
 }
 

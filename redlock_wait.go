@@ -6,6 +6,7 @@ package dlock
 import (
 	"context"
 	"errors"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"math/rand/v2"
 	"sync"
@@ -46,9 +47,9 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 			if why == wakeRetime {
 				continue
 			}
-			wokeUp(ctx, wakeReasonNames[why], attempts+1)
+			telemetry.WokeUp(ctx, wakeReasonNames[why], attempts+1)
 		case <-timer.C:
-			wokeUp(ctx, "timer", attempts+1)
+			telemetry.WokeUp(ctx, "timer", attempts+1)
 		case <-ctx.Done():
 			return false, notObtained(op, m.name, ctx)
 		}

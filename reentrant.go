@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"strings"
 	"time"
@@ -35,7 +36,7 @@ type ReentrantMutex struct {
 // not a lock of its kind.
 func (c *Client) ReentrantMutex(name string, opts ...LockOption) *ReentrantMutex {
 	lc := buildLockConfig(opts)
-	r := &ReentrantMutex{handle: c.newHandle(kindReentrantName, name, lc.lease, lc.err, exclKeys...), self: handleOwnerID(c, lc)}
+	r := &ReentrantMutex{handle: c.newHandle(telemetry.KindReentrant, name, lc.lease, lc.err, exclKeys...), self: handleOwnerID(c, lc)}
 	r.renewed = lc.renewed
 	r.x = newExcl(&r.handle, true)
 	return r
@@ -68,7 +69,7 @@ func (r *ReentrantMutex) hold(ctx context.Context) (*counted, error) {
 // round trip.
 func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
 	ctx, sp, err := r.beginAcquire(ctx, "dlock.ReentrantMutex.Lock", "lock")
-	defer func() { sp.endAcquire(err, err == nil, true) }()
+	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		_, err = r.acquire(ctx, "lock", true)
 	}
@@ -80,7 +81,7 @@ func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
 // (false, nil).
 func (r *ReentrantMutex) TryLock(ctx context.Context) (ok bool, err error) {
 	ctx, sp, err := r.beginAcquire(ctx, "dlock.ReentrantMutex.TryLock", "trylock")
-	defer func() { sp.endAcquire(err, ok, false) }()
+	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err == nil {
 		ok, err = r.acquire(ctx, "trylock", false)
 	}
@@ -123,7 +124,7 @@ func (o reentrantOps) leaveQueue(ctx context.Context, _, waiter string) { o.r.x.
 // latest.
 func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
 	ctx, sp, err := r.begin(ctx, "dlock.ReentrantMutex.Unlock")
-	defer func() { sp.endRelease(err) }()
+	defer func() { sp.EndRelease(err) }()
 	var k *counted
 	if err == nil {
 		k, err = r.hold(ctx)

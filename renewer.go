@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 )
@@ -292,10 +293,9 @@ func leasesIn(calls []renewCall) int {
 func (w *watchdog) settleRenewals(r renewResult) {
 	var failed error
 	var renewed, gone, failedN int64
-	bg := context.Background()
 	w.sentCalls.Add(int64(len(r.scripts)))
 	for _, n := range r.scripts {
-		w.tel.batchSize.Record(bg, int64(n))
+		w.tel.Batch(n)
 	}
 	if r.notice != nil {
 		w.log.Warn("dlock: " + r.notice.Error())
@@ -352,9 +352,9 @@ func (w *watchdog) settleRenewals(r renewResult) {
 	for _, r := range []struct {
 		n      int64
 		result string
-	}{{renewed, resultRenewed}, {gone, resultGone}, {failedN, resultFailed}} {
+	}{{renewed, telemetry.ResultRenewed}, {gone, telemetry.ResultGone}, {failedN, telemetry.ResultFailed}} {
 		if r.n > 0 {
-			w.tel.renewals.Add(bg, r.n, cachedAttrs("", r.result))
+			w.tel.Renewals(r.n, r.result)
 		}
 	}
 	switch {

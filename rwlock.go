@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
@@ -41,7 +42,7 @@ type RWMutex struct {
 // return an error wrapping ErrInvalid.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	lc := buildLockConfig(opts)
-	rw := &RWMutex{handle: c.newHandle(kindRWWriteName, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f"), self: handleOwnerID(c, lc)}
+	rw := &RWMutex{handle: c.newHandle(telemetry.KindRWWrite, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f"), self: handleOwnerID(c, lc)}
 	rw.renewed = lc.renewed
 	return rw
 }
@@ -65,7 +66,7 @@ func (rw *RWMutex) side(ctx context.Context, write bool) (*counted, error) {
 		k.waiter = wire.RWWaiter(rw.lease, true, owner)
 	} else {
 		reader := rw.handle
-		reader.kind = kindRWReadName
+		reader.kind = telemetry.KindRWRead
 		// A read hold keeps RC and W (the lock's kind) alive with it.
 		k.h, k.ops, k.leaseKey, k.extra, k.spec = &reader, rwOps{rw, false}, rw.keys[1], []string{rw.keys[2], rw.keys[0]}, wire.SpecMemberWith2
 		k.waiter = wire.RWWaiter(rw.lease, false, owner)
@@ -102,7 +103,7 @@ func (rw *RWMutex) release(ctx context.Context, write bool, op string) error {
 // ErrNotObtained and ctx.Err(), and changes nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 	ctx, sp, err := rw.reader().beginAcquire(ctx, "dlock.RWMutex.RLock", "rlock")
-	defer func() { sp.endAcquire(err, err == nil, true) }()
+	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		_, err = rw.acquire(ctx, false, "rlock", true)
 	}
@@ -113,7 +114,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 // writer waits, and reports whether it did, in one round trip.
 func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
 	ctx, sp, err := rw.reader().beginAcquire(ctx, "dlock.RWMutex.TryRLock", "tryrlock")
-	defer func() { sp.endAcquire(err, ok, false) }()
+	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err == nil {
 		ok, err = rw.acquire(ctx, false, "tryrlock", false)
 	}
@@ -127,7 +128,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
 // ErrNotObtained and ctx.Err(), withdraws its wait, and changes nothing.
 func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 	ctx, sp, err := rw.beginAcquire(ctx, "dlock.RWMutex.Lock", "lock")
-	defer func() { sp.endAcquire(err, err == nil, true) }()
+	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		_, err = rw.acquire(ctx, true, "lock", true)
 	}
@@ -138,7 +139,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 // and reports whether it did, in one round trip. It leaves no waiting mark.
 func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
 	ctx, sp, err := rw.beginAcquire(ctx, "dlock.RWMutex.TryLock", "trylock")
-	defer func() { sp.endAcquire(err, ok, false) }()
+	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err == nil {
 		ok, err = rw.acquire(ctx, true, "trylock", false)
 	}
@@ -153,7 +154,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
 // latest.
 func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 	ctx, sp, err := rw.reader().begin(ctx, "dlock.RWMutex.RUnlock")
-	defer func() { sp.endRelease(err) }()
+	defer func() { sp.EndRelease(err) }()
 	if err == nil {
 		err = rw.release(ctx, false, "runlock")
 	}
@@ -168,7 +169,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 // renewed: it ends by its lease at the latest.
 func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 	ctx, sp, err := rw.begin(ctx, "dlock.RWMutex.Unlock")
-	defer func() { sp.endRelease(err) }()
+	defer func() { sp.EndRelease(err) }()
 	if err == nil {
 		err = rw.release(ctx, true, "unlock")
 	}
@@ -178,7 +179,7 @@ func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 // reader is the handle as the read side reports itself in telemetry.
 func (rw *RWMutex) reader() *handle {
 	h := rw.handle
-	h.kind = kindRWReadName
+	h.kind = telemetry.KindRWRead
 	return &h
 }
 

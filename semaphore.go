@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"runtime"
 	"sync"
@@ -60,7 +61,7 @@ const MaxPermits = 1<<53 - 1
 // error wrapping ErrInvalid.
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	sc := buildSemConfig(opts, SemaphoreOption.applySemaphore)
-	s := &Semaphore{handle: c.newHandle(kindSemaphoreName, name, sc.lease, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
+	s := &Semaphore{handle: c.newHandle(telemetry.KindSemaphore, name, sc.lease, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
 	s.renewed = sc.renewed
 	return s
 }
@@ -169,7 +170,7 @@ func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
 // set (see Semaphore).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Acquire", "acquire")
-	defer func() { sp.endAcquire(err, err == nil, true) }()
+	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		p, _, err = s.acquire(ctx, n, "acquire", true)
 	}
@@ -182,7 +183,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 // matching ErrNotObtained. TryAcquire(ctx, 0) succeeds at once.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.TryAcquire", "tryacquire")
-	defer func() { sp.endAcquire(err, p != nil, false) }()
+	defer func() { sp.EndAcquire(err, p != nil, false) }()
 	unset := false
 	if err == nil {
 		p, unset, err = s.acquire(ctx, n, "tryacquire", false)
@@ -245,7 +246,7 @@ func (s *Semaphore) warnUnset() {
 // to take. One round trip.
 func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Drain", "drain")
-	defer func() { sp.endAcquire(err, err == nil, false) }()
+	defer func() { sp.EndAcquire(err, err == nil, false) }()
 	if err != nil {
 		return nil, err
 	}
@@ -282,7 +283,7 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 // total, wait for one to be set.
 func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
 	ctx, sp, err := s.begin(ctx, "dlock.Semaphore.Delete")
-	defer func() { sp.endOther(err) }()
+	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return false, err
 	}
@@ -336,7 +337,7 @@ func (t *semTry) keep(a *acquisition, token uint64) error {
 		return err
 	}
 	s := t.s
-	annotate(a.ctx, attrPermits.Int(t.n), attrToken.Int64(int64(token)))
+	telemetry.Annotate(a.ctx, telemetry.AttrPermits.Int(t.n), telemetry.AttrToken.Int64(int64(token)))
 	l := a.newHold(s.keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	l.extra, l.token = []string{s.keys[0], s.keys[2]}, token
 	t.p = &Permit{s: s, id: t.id, n: t.n, l: l}

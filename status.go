@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 	"sort"
 	"strconv"
@@ -64,8 +65,8 @@ const statusHolders = 1000
 
 // storedKinds maps the kind field scripts store to the kind Status reports.
 var storedKinds = map[string]string{
-	kindMutexName: KindMutex, kindReentrantName: KindReentrant, "rwlock": KindRWMutex,
-	"semaphore": KindSemaphore, "latch": KindLatch, kindElectionName: KindElection,
+	telemetry.KindMutex: KindMutex, telemetry.KindReentrant: KindReentrant, "rwlock": KindRWMutex,
+	"semaphore": KindSemaphore, "latch": KindLatch, telemetry.KindElection: KindElection,
 }
 
 // stateSuffixes are the auxiliary keys of every kind, which internal/scripts/state.lua

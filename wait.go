@@ -2,6 +2,7 @@ package dlock
 
 import (
 	"context"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"time"
 )
 
@@ -30,6 +31,10 @@ import (
 // swallows a release that the next one needed.
 
 type wakeReason uint8
+
+// wakeReasonNames name the wake-ups in the dlock.wake events of spans.
+var wakeReasonNames = [...]string{wakeRelease: "notification", wakeLocal: "local_release",
+	wakeSubscribed: "subscribed", wakeClosed: "closed", wakeHanded: "handed", wakeRetime: "retime", wakeCohort: "cohort", wakeQueued: "queued"}
 
 const (
 	wakeRelease    wakeReason = iota + 1 // a release message from another Client
@@ -110,8 +115,7 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 		return waitErr(op, name, err)
 	}
 	acquired := false
-	waiting := c.tel.metricAttrs(as.metric, "", name)
-	c.tel.waiters.Add(context.Background(), 1, waiting)
+	c.tel.Waiters(1, as.metric, name)
 	attempts := 1 // the caller's first try
 	defer func() {
 		c.waits.leave(w, acquired)
@@ -119,8 +123,8 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 			as.cohort.abandonCohort(w.grant) // handed a hold it will not take
 		}
 		c.hub.Release(channel)
-		c.tel.waiters.Add(context.Background(), -1, waiting) // ctx may be done
-		annotate(ctx, attrAttempts.Int(attempts))
+		c.tel.Waiters(-1, as.metric, name)
+		telemetry.Annotate(ctx, telemetry.AttrAttempts.Int(attempts))
 	}()
 
 	first := c.retryAfter(left)
@@ -150,7 +154,7 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 				if ctx.Err() != nil {
 					return notObtained(op, name, ctx)
 				}
-				wokeUp(ctx, wakeReasonNames[wakeCohort], attempts)
+				telemetry.WokeUp(ctx, wakeReasonNames[wakeCohort], attempts)
 				acquired = true
 				return nil
 			}
@@ -196,7 +200,7 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 				if ctx.Err() != nil {
 					return notObtained(op, name, ctx)
 				}
-				wokeUp(ctx, wakeReasonNames[why], attempts)
+				telemetry.WokeUp(ctx, wakeReasonNames[why], attempts)
 				acquired = true
 				return nil
 			}
@@ -206,14 +210,14 @@ func (c *Client) wait(ctx context.Context, op, name, channel string, as waitAs, 
 					return err
 				}
 				if ok {
-					wokeUp(ctx, wakeReasonNames[why], attempts)
+					telemetry.WokeUp(ctx, wakeReasonNames[why], attempts)
 					acquired = true
 					return nil
 				}
 			}
-			wokeUp(ctx, wakeReasonNames[why], attempts+1)
+			telemetry.WokeUp(ctx, wakeReasonNames[why], attempts+1)
 		case <-timer.C:
-			wokeUp(ctx, "timer", attempts+1)
+			telemetry.WokeUp(ctx, "timer", attempts+1)
 		case <-ctx.Done():
 			return notObtained(op, name, ctx)
 		}

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -46,7 +47,7 @@ type watchdog struct {
 	epoch   time.Time
 	send    renewSender
 	cluster bool // batch per hash slot
-	tel     *telemetry
+	tel     *telemetry.Telemetry
 	log     *slog.Logger
 	outage  *outage // logs an outage once, not every renewal that meets it
 
@@ -99,7 +100,7 @@ func driftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Mill
 // first renewal would already be late.
 func minValidity(ttl time.Duration) time.Duration { return ttl / 3 }
 
-func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *telemetry, outage *outage) *watchdog {
+func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *telemetry.Telemetry, outage *outage) *watchdog {
 	log := outage.log
 	w := &watchdog{
 		timeout:      timeout,
@@ -158,7 +159,7 @@ func (w *watchdog) add(l *lease) bool {
 	}
 	w.mu.Unlock()
 	if h, ok := l.of.(*hold); ok {
-		w.tel.holdStarted(h)
+		w.tel.HoldStarted(h.kind, h.name)
 	}
 	if first {
 		kick(w.clockKick)

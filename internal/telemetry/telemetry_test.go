@@ -1,9 +1,10 @@
-package dlock
+package telemetry
 
 import (
 	"context"
 	"io"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -22,24 +23,30 @@ func BenchmarkTelemetry_LockUnlockPair(b *testing.B) {
 	defer mp.Shutdown(context.Background())
 	for _, mode := range []struct {
 		name string
-		cfg  config
+		tp   *sdktrace.TracerProvider
+		mp   *sdkmetric.MeterProvider
 	}{
-		{"default", config{}},
-		{"sdk", config{tracerProvider: tp, meterProvider: mp}},
+		{"default", nil, nil},
+		{"sdk", tp, mp},
 	} {
 		b.Run(mode.name, func(b *testing.B) {
-			t := newTelemetry(&mode.cfg)
+			var t *Telemetry
+			if mode.tp == nil {
+				t = New(nil, nil, false)
+			} else {
+				t = New(mode.tp, mode.mp, false)
+			}
 			ctx := context.Background()
-			l := &hold{kind: kindMutexName, name: "bench"}
+			acquired := time.Now()
 			b.ReportAllocs()
 			for b.Loop() {
-				lctx, sp := t.start(ctx, kindMutexName, "dlock.Mutex.Lock", "bench", 0)
+				lctx, sp := t.Start(ctx, KindMutex, "dlock.Mutex.Lock", "bench", 0)
 				_ = lctx
-				t.holdStarted(l)
-				sp.endAcquire(nil, true, true)
-				_, sp = t.start(ctx, kindMutexName, "dlock.Mutex.Unlock", "bench", 0)
-				t.holdEnded(l, resultReleased)
-				sp.endRelease(nil)
+				t.HoldStarted(KindMutex, "bench")
+				sp.EndAcquire(nil, true, true)
+				_, sp = t.Start(ctx, KindMutex, "dlock.Mutex.Unlock", "bench", 0)
+				t.HoldEnded(KindMutex, "bench", acquired, ResultReleased)
+				sp.EndRelease(nil)
 			}
 		})
 	}

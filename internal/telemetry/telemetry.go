@@ -1,4 +1,9 @@
-package dlock
+// Package telemetry is dlock's OpenTelemetry: the span of every public call
+// (Start, and Span's End methods), attributes and events on the span in a
+// context (Annotate, WokeUp, Blocked), and the metrics of holds, waiters
+// and renewals. It uses the OpenTelemetry API only; with the globals unset,
+// spans are not even started (see untracedGlobal). It imports errs and wire.
+package telemetry
 
 import (
 	"context"
@@ -12,6 +17,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // instrumentationName names dlock's tracer and meter.
@@ -19,45 +27,45 @@ const instrumentationName = "github.com/dlock-go/dlock"
 
 // Primitive kinds, the dlock.kind attribute.
 const (
-	kindMutexName     = "mutex"
-	kindReentrantName = "reentrant_mutex"
-	kindRWReadName    = "rwmutex_read"
-	kindRWWriteName   = "rwmutex_write"
-	kindSemaphoreName = "semaphore"
-	kindLatchName     = "countdown_latch"
-	kindElectionName  = "election"
+	KindMutex     = "mutex"
+	KindReentrant = "reentrant_mutex"
+	KindRWRead    = "rwmutex_read"
+	KindRWWrite   = "rwmutex_write"
+	KindSemaphore = "semaphore"
+	KindLatch     = "countdown_latch"
+	KindElection  = "election"
 )
 
 // Outcomes, the dlock.result attribute.
 const (
-	resultAcquired    = "acquired"
-	resultNotObtained = "not_obtained" // TryLock found it taken: an outcome, not an error
-	resultCancelled   = "cancelled"    // ctx ended while blocking
-	resultReleased    = "released"
-	resultNotHeld     = "not_held"
-	resultLost        = "lost"
-	resultClosed      = "closed"
-	resultInvalid     = "invalid"
-	resultError       = "error" // Redis or network failure
-	resultRenewed     = "renewed"
-	resultGone        = "gone"
-	resultFailed      = "failed"
+	ResultAcquired    = "acquired"
+	ResultNotObtained = "not_obtained" // TryLock found it taken: an outcome, not an error
+	ResultCancelled   = "cancelled"    // ctx ended while blocking
+	ResultReleased    = "released"
+	ResultNotHeld     = "not_held"
+	ResultLost        = "lost"
+	ResultClosed      = "closed"
+	ResultInvalid     = "invalid"
+	ResultError       = "error" // Redis or network failure
+	ResultRenewed     = "renewed"
+	ResultGone        = "gone"
+	ResultFailed      = "failed"
 )
 
 // Attribute keys.
 var (
-	attrKind      = attribute.Key("dlock.kind")
-	attrName      = attribute.Key("dlock.name")
-	attrResult    = attribute.Key("dlock.result")
-	attrLeaseMode = attribute.Key("dlock.lease_mode")
-	attrHoldCount = attribute.Key("dlock.hold_count")
-	attrPermits   = attribute.Key("dlock.permits")
-	attrAttempts  = attribute.Key("dlock.attempts")
-	attrReason    = attribute.Key("dlock.wake_reason")
-	attrCause     = attribute.Key("dlock.cause")
-	attrHolder    = attribute.Key("dlock.holder")
-	attrLeaseLeft = attribute.Key("dlock.lease_left_ms")
-	attrToken     = attribute.Key("dlock.token")
+	AttrKind      = attribute.Key("dlock.kind")
+	AttrName      = attribute.Key("dlock.name")
+	AttrResult    = attribute.Key("dlock.result")
+	AttrLeaseMode = attribute.Key("dlock.lease_mode")
+	AttrHoldCount = attribute.Key("dlock.hold_count")
+	AttrPermits   = attribute.Key("dlock.permits")
+	AttrAttempts  = attribute.Key("dlock.attempts")
+	AttrReason    = attribute.Key("dlock.wake_reason")
+	AttrCause     = attribute.Key("dlock.cause")
+	AttrHolder    = attribute.Key("dlock.holder")
+	AttrLeaseLeft = attribute.Key("dlock.lease_left_ms")
+	AttrToken     = attribute.Key("dlock.token")
 )
 
 // untracedGlobal is the OpenTelemetry global TracerProvider as it stands
@@ -76,7 +84,7 @@ var noSpan trace.Span = noop.Span{}
 // telemetry holds the Client's tracer and instruments. With the OpenTelemetry
 // globals unset, both are no-ops, and spans are not even started (see
 // untracedGlobal).
-type telemetry struct {
+type Telemetry struct {
 	tracer   trace.Tracer
 	global   bool // tracer comes from the global TracerProvider
 	nameAttr bool // put the lock name on metrics too (high cardinality)
@@ -92,15 +100,18 @@ type telemetry struct {
 	holds        metric.Int64UpDownCounter
 }
 
-func newTelemetry(cfg *config) *telemetry {
-	tp, mp := cfg.tracerProvider, cfg.meterProvider
+// New returns the telemetry of a Client: spans go to tp and metrics to mp,
+// each the OpenTelemetry global when nil; nameAttr puts the primitive's
+// name on every metric point too.
+func New(tp trace.TracerProvider, mp metric.MeterProvider, nameAttr bool) *Telemetry {
+	global := tp == nil
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), global: cfg.tracerProvider == nil, nameAttr: cfg.nameAttr}
+	t := &Telemetry{tracer: tp.Tracer(instrumentationName), global: global, nameAttr: nameAttr}
 	m := mp.Meter(instrumentationName)
 	// Instrument creation fails only for invalid names; ours are fixed, and a
 	// failed instrument is a no-op, so the errors are dropped.
@@ -127,43 +138,43 @@ func newTelemetry(cfg *config) *telemetry {
 
 // metricAttrs returns the attribute set for a metric point. Without the name
 // opt-in the sets are few, so they are cached.
-func (t *telemetry) metricAttrs(kind, result, name string) metric.MeasurementOption {
+func (t *Telemetry) MetricAttrs(kind, result, name string) metric.MeasurementOption {
 	if t.nameAttr && name != "" {
-		return metric.WithAttributes(attrKind.String(kind), attrResult.String(result), attrName.String(name))
+		return metric.WithAttributes(AttrKind.String(kind), AttrResult.String(result), AttrName.String(name))
 	}
-	return cachedAttrs(kind, result)
+	return CachedAttrs(kind, result)
 }
 
 var attrCache = map[[2]string]metric.MeasurementOption{}
 
 func init() {
-	kinds := []string{kindMutexName, kindReentrantName, kindRWReadName, kindRWWriteName, kindSemaphoreName, kindLatchName, ""}
-	results := []string{resultAcquired, resultNotObtained, resultCancelled, resultReleased, resultNotHeld,
-		resultLost, resultClosed, resultInvalid, resultError, resultRenewed, resultGone, resultFailed, ""}
+	kinds := []string{KindMutex, KindReentrant, KindRWRead, KindRWWrite, KindSemaphore, KindLatch, ""}
+	results := []string{ResultAcquired, ResultNotObtained, ResultCancelled, ResultReleased, ResultNotHeld,
+		ResultLost, ResultClosed, ResultInvalid, ResultError, ResultRenewed, ResultGone, ResultFailed, ""}
 	for _, k := range kinds {
 		for _, r := range results {
 			var kv []attribute.KeyValue
 			if k != "" {
-				kv = append(kv, attrKind.String(k))
+				kv = append(kv, AttrKind.String(k))
 			}
 			if r != "" {
-				kv = append(kv, attrResult.String(r))
+				kv = append(kv, AttrResult.String(r))
 			}
 			attrCache[[2]string{k, r}] = metric.WithAttributeSet(attribute.NewSet(kv...))
 		}
 	}
 }
 
-func cachedAttrs(kind, result string) metric.MeasurementOption {
+func CachedAttrs(kind, result string) metric.MeasurementOption {
 	if o, ok := attrCache[[2]string{kind, result}]; ok {
 		return o
 	}
-	return metric.WithAttributes(attrKind.String(kind), attrResult.String(result))
+	return metric.WithAttributes(AttrKind.String(kind), AttrResult.String(result))
 }
 
 // span is one instrumented public call.
-type span struct {
-	t     *telemetry
+type Span struct {
+	t     *Telemetry
 	span  trace.Span
 	kind  string
 	name  string
@@ -175,39 +186,39 @@ var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 // start opens the span of a public call, named spanName (a constant), as a
 // child of the span in ctx. Attributes are built only for a span that
 // records, so that unconfigured OpenTelemetry costs next to nothing.
-func (t *telemetry) start(ctx context.Context, kind, spanName, name string, lease time.Duration) (context.Context, span) {
+func (t *Telemetry) Start(ctx context.Context, kind, spanName, name string, lease time.Duration) (context.Context, Span) {
 	if t.global && otel.GetTracerProvider() == untracedGlobal && !trace.SpanFromContext(ctx).IsRecording() {
-		return ctx, span{t: t, span: noSpan, kind: kind, name: name, start: time.Now()}
+		return ctx, Span{t: t, span: noSpan, kind: kind, name: name, start: time.Now()}
 	}
 	ctx, sp := t.tracer.Start(ctx, spanName, clientSpan)
 	if sp.IsRecording() {
-		name = capName(name, MaxNameLength) // a refused name may be any length
+		name = errs.CapName(name, wire.MaxNameLength) // a refused name may be any length
 		switch {
 		case lease < 0: // no lease (CountDownLatch)
-			sp.SetAttributes(attrKind.String(kind), attrName.String(name))
+			sp.SetAttributes(AttrKind.String(kind), AttrName.String(name))
 		case lease > 0:
-			sp.SetAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String("explicit"))
+			sp.SetAttributes(AttrKind.String(kind), AttrName.String(name), AttrLeaseMode.String("explicit"))
 		default:
-			sp.SetAttributes(attrKind.String(kind), attrName.String(name), attrLeaseMode.String("watchdog"))
+			sp.SetAttributes(AttrKind.String(kind), AttrName.String(name), AttrLeaseMode.String("watchdog"))
 		}
 	}
-	return ctx, span{t: t, span: sp, kind: kind, name: name, start: time.Now()}
+	return ctx, Span{t: t, span: sp, kind: kind, name: name, start: time.Now()}
 }
 
 // finish sets the result and status of a recording span and ends it.
-func (s span) finish(result string, err error) {
+func (s Span) finish(result string, err error) {
 	if s.span.IsRecording() {
 		if err != nil {
 			// As RecordError does, but exception.type names what the error
 			// is to a caller (the dlock sentinel it matches), not the
 			// unexported type that carries it.
 			s.span.AddEvent("exception", trace.WithAttributes(
-				attribute.String("exception.type", exceptionType(err)),
+				attribute.String("exception.type", ExceptionType(err)),
 				attribute.String("exception.message", err.Error())))
 			s.span.SetStatus(codes.Error, err.Error())
 		}
 		if result != "" {
-			s.span.SetAttributes(attrResult.String(result))
+			s.span.SetAttributes(AttrResult.String(result))
 		}
 	}
 	s.span.End()
@@ -216,46 +227,46 @@ func (s span) finish(result string, err error) {
 // endAcquire closes the span of an acquisition. acquired is false for a
 // TryLock that found the lock taken, which is an outcome, not an error.
 // blocking calls also record the wait duration.
-func (s span) endAcquire(err error, acquired, blocking bool) {
-	result := resultAcquired
+func (s Span) EndAcquire(err error, acquired, blocking bool) {
+	result := ResultAcquired
 	switch {
 	case err != nil:
-		result = resultOf(err)
+		result = ResultOf(err)
 	case !acquired:
-		result = resultNotObtained
+		result = ResultNotObtained
 	}
-	if result == resultNotObtained {
+	if result == ResultNotObtained {
 		s.finish(result, nil) // TryLock's "taken" is an outcome, not a failure
 	} else {
 		s.finish(result, err)
 	}
 	ctx := context.Background()
 	if s.t.acquisitions.Enabled(ctx) {
-		s.t.acquisitions.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
+		s.t.acquisitions.Add(ctx, 1, s.t.MetricAttrs(s.kind, result, s.name))
 	}
 	if blocking && s.t.waitDuration.Enabled(ctx) {
-		s.t.waitDuration.Record(ctx, time.Since(s.start).Seconds(), s.t.metricAttrs(s.kind, result, s.name))
+		s.t.waitDuration.Record(ctx, time.Since(s.start).Seconds(), s.t.MetricAttrs(s.kind, result, s.name))
 	}
 }
 
-// endRelease closes the span of a release call; ErrNotHeld and ErrLost mark
+// endRelease closes the span of a release call; errs.ErrNotHeld and errs.ErrLost mark
 // it failed.
-func (s span) endRelease(err error) {
-	result := resultReleased
+func (s Span) EndRelease(err error) {
+	result := ResultReleased
 	if err != nil {
-		result = resultOf(err)
+		result = ResultOf(err)
 	}
 	s.finish(result, err)
 	if ctx := context.Background(); s.t.releases.Enabled(ctx) {
-		s.t.releases.Add(ctx, 1, s.t.metricAttrs(s.kind, result, s.name))
+		s.t.releases.Add(ctx, 1, s.t.MetricAttrs(s.kind, result, s.name))
 	}
 }
 
 // endOther closes the span of a call that neither acquires nor releases.
-func (s span) endOther(err error) {
+func (s Span) EndOther(err error) {
 	result := ""
 	if err != nil {
-		result = resultOf(err)
+		result = ResultOf(err)
 	}
 	s.finish(result, err)
 }
@@ -266,22 +277,22 @@ var sentinels = []struct {
 	err  error
 	name string
 }{
-	{ErrLost, "dlock.ErrLost"}, {ErrNotReplicated, "dlock.ErrNotReplicated"}, {ErrUnavailable, "dlock.ErrUnavailable"},
-	{ErrInvalid, "dlock.ErrInvalid"}, {ErrUpgrade, "dlock.ErrUpgrade"}, {ErrClosed, "dlock.ErrClosed"},
-	{ErrNotHeld, "dlock.ErrNotHeld"}, {ErrNotFound, "dlock.ErrNotFound"}, {ErrNoLeader, "dlock.ErrNoLeader"},
+	{errs.ErrLost, "dlock.ErrLost"}, {errs.ErrNotReplicated, "dlock.ErrNotReplicated"}, {errs.ErrUnavailable, "dlock.ErrUnavailable"},
+	{errs.ErrInvalid, "dlock.ErrInvalid"}, {errs.ErrUpgrade, "dlock.ErrUpgrade"}, {errs.ErrClosed, "dlock.ErrClosed"},
+	{errs.ErrNotHeld, "dlock.ErrNotHeld"}, {errs.ErrNotFound, "dlock.ErrNotFound"}, {errs.ErrNoLeader, "dlock.ErrNoLeader"},
 	{context.DeadlineExceeded, "context.DeadlineExceeded"}, {context.Canceled, "context.Canceled"},
-	{ErrNotObtained, "dlock.ErrNotObtained"},
+	{errs.ErrNotObtained, "dlock.ErrNotObtained"},
 }
 
 // exceptionType is what a span's exception event calls err: the first
 // sentinel it matches, or the type of the error it wraps.
-func exceptionType(err error) string {
+func ExceptionType(err error) string {
 	for _, s := range sentinels {
 		if errors.Is(err, s.err) {
 			return s.name
 		}
 	}
-	var ce *callError
+	var ce *errs.Call
 	if errors.As(err, &ce) {
 		if wrapped := ce.Unwrap(); len(wrapped) > 0 {
 			err = wrapped[len(wrapped)-1]
@@ -290,79 +301,96 @@ func exceptionType(err error) string {
 	return fmt.Sprintf("%T", err)
 }
 
-func resultOf(err error) string {
+func ResultOf(err error) string {
 	switch {
-	case errors.Is(err, ErrLost):
-		return resultLost
-	case errors.Is(err, ErrNotHeld):
-		return resultNotHeld
+	case errors.Is(err, errs.ErrLost):
+		return ResultLost
+	case errors.Is(err, errs.ErrNotHeld):
+		return ResultNotHeld
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return resultCancelled
-	case errors.Is(err, ErrNotObtained):
-		return resultNotObtained
-	case errors.Is(err, ErrClosed):
-		return resultClosed
-	case errors.Is(err, ErrInvalid), errors.Is(err, ErrUpgrade):
-		return resultInvalid
+		return ResultCancelled
+	case errors.Is(err, errs.ErrNotObtained):
+		return ResultNotObtained
+	case errors.Is(err, errs.ErrClosed):
+		return ResultClosed
+	case errors.Is(err, errs.ErrInvalid), errors.Is(err, errs.ErrUpgrade):
+		return ResultInvalid
 	}
-	return resultError
+	return ResultError
 }
 
 // annotate sets attributes on the span in ctx, if it records.
-func annotate(ctx context.Context, kv ...attribute.KeyValue) {
+func Annotate(ctx context.Context, kv ...attribute.KeyValue) {
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 		sp.SetAttributes(kv...)
 	}
 }
 
-var wakeReasonNames = [...]string{wakeRelease: "notification", wakeLocal: "local_release",
-	wakeSubscribed: "subscribed", wakeClosed: "closed", wakeHanded: "handed", wakeRetime: "retime", wakeCohort: "cohort", wakeQueued: "queued"}
-
 // wokeUp records a wake-up of a blocked call on its span: why, and which
 // attempt follows.
-func wokeUp(ctx context.Context, why string, attempt int) {
+func WokeUp(ctx context.Context, why string, attempt int) {
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
-		sp.AddEvent("dlock.wake", trace.WithAttributes(attrReason.String(why), attrAttempts.Int(attempt)))
+		sp.AddEvent("dlock.wake", trace.WithAttributes(AttrReason.String(why), AttrAttempts.Int(attempt)))
 	}
 }
 
 // blocked records on the span in ctx that a try found the lock held: by
 // whom (a Client ID, or a reentrant owner ID, which starts with one) and for
 // how much longer at most.
-func blocked(ctx context.Context, holder string, left time.Duration) {
+func Blocked(ctx context.Context, holder string, left time.Duration) {
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
-		sp.AddEvent("dlock.blocked", trace.WithAttributes(attrHolder.String(holder), attrLeaseLeft.Int64(left.Milliseconds())))
+		sp.AddEvent("dlock.blocked", trace.WithAttributes(AttrHolder.String(holder), AttrLeaseLeft.Int64(left.Milliseconds())))
 	}
 }
 
-// holdStarted and holdEnded keep the holds gauge and hold durations.
-func (t *telemetry) holdStarted(l *hold) {
+// HoldStarted and HoldEnded keep the holds gauge and hold durations: a hold
+// of a primitive of kind called name, acquired at acquired, ended with
+// result.
+func (t *Telemetry) HoldStarted(kind, name string) {
 	if ctx := context.Background(); t.holds.Enabled(ctx) {
-		t.holds.Add(ctx, 1, t.metricAttrs(l.kind, "", l.name))
+		t.holds.Add(ctx, 1, t.MetricAttrs(kind, "", name))
 	}
 }
 
-func (t *telemetry) holdEnded(l *hold, result string) {
+func (t *Telemetry) HoldEnded(kind, name string, acquired time.Time, result string) {
 	ctx := context.Background()
 	if t.holds.Enabled(ctx) {
-		t.holds.Add(ctx, -1, t.metricAttrs(l.kind, "", l.name))
+		t.holds.Add(ctx, -1, t.MetricAttrs(kind, "", name))
 	}
 	if t.holdDuration.Enabled(ctx) {
-		t.holdDuration.Record(ctx, time.Since(l.acquired).Seconds(), t.metricAttrs(l.kind, result, l.name))
+		t.holdDuration.Record(ctx, time.Since(acquired).Seconds(), t.MetricAttrs(kind, result, name))
 	}
 }
 
-// holdLost records a loss: the counter, and a short span linked to the span
-// that acquired the hold, so a trace shows where the lost hold came from.
-func (t *telemetry) holdLost(l *hold, cause error) {
+// HoldLost records a loss: the counter, and a short span linked to the
+// span that acquired the hold (origin), so a trace shows where the lost
+// hold came from.
+func (t *Telemetry) HoldLost(kind, name string, origin trace.SpanContext, cause error) {
 	ctx := context.Background()
-	t.lost.Add(ctx, 1, t.metricAttrs(l.kind, "", l.name))
-	opts := []trace.SpanStartOption{trace.WithAttributes(attrKind.String(l.kind), attrName.String(l.name),
-		attrCause.String(cause.Error()))}
-	if l.origin.IsValid() {
-		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: l.origin}))
+	t.lost.Add(ctx, 1, t.MetricAttrs(kind, "", name))
+	opts := []trace.SpanStartOption{trace.WithAttributes(AttrKind.String(kind), AttrName.String(name),
+		AttrCause.String(cause.Error()))}
+	if origin.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: origin}))
 	}
 	_, sp := t.tracer.Start(ctx, "dlock.Lost", opts...)
 	sp.SetStatus(codes.Error, cause.Error())
 	sp.End()
+}
+
+// Renewals counts n renewals by the watchdog with result (ResultRenewed,
+// ResultGone, ResultFailed).
+func (t *Telemetry) Renewals(n int64, result string) {
+	t.renewals.Add(context.Background(), n, CachedAttrs("", result))
+}
+
+// Batch records how many leases one renewal script call carried.
+func (t *Telemetry) Batch(leases int) {
+	t.batchSize.Record(context.Background(), int64(leases))
+}
+
+// Waiters adds delta to the gauge of callers blocked on a primitive of kind
+// called name.
+func (t *Telemetry) Waiters(delta int64, kind, name string) {
+	t.waiters.Add(context.Background(), delta, t.MetricAttrs(kind, "", name))
 }
