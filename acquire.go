@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-	"time"
 )
 
 // The acquisition lifecycle, shared by every call that takes a hold (Lock,
@@ -41,9 +45,9 @@ type acquisition struct {
 	// grantTTL, when set, is the lease a hand-over grant runs on until its
 	// first renewal: what was left of the caller's mark.
 	grantTTL time.Duration
-	sent     time.Time // when the last try was sent
-	as       waitAs    // the caller as a waiter
-	mark     *mark     // the caller's place in the queue in Redis, if any
+	sent     time.Time   // when the last try was sent
+	as       wait.As     // the caller as a waiter
+	mark     *lease.Mark // the caller's place in the queue in Redis, if any
 	// requeued: the caller lost its first place and queued again, so a late
 	// hand-over message may be for the earlier place.
 	requeued bool
@@ -64,13 +68,13 @@ type acquirer interface {
 }
 
 // newAcquisition prepares an acquiring call of h with the caller's ctx.
-func (h *handle) newAcquisition(ctx context.Context, p acquirer, op string, block bool, as waitAs) *acquisition {
+func (h *handle) newAcquisition(ctx context.Context, p acquirer, op string, block bool, as wait.As) *acquisition {
 	ttl, renew := h.terms()
-	if as.metric == "" {
-		as.metric = h.kind
+	if as.Metric == "" {
+		as.Metric = h.kind
 	}
-	if as.id == "" {
-		as.id = h.c.waiterID()
+	if as.ID == "" {
+		as.ID = h.c.waiterID()
 	}
 	return &acquisition{h: h, p: p, ctx: ctx, nc: detach(ctx), op: op, block: block, ttl: ttl, renew: renew, as: as}
 }
@@ -87,9 +91,9 @@ func (h *handle) newAcquisition(ctx context.Context, p acquirer, op string, bloc
 func (a *acquisition) run() (_ bool, err error) {
 	c := a.h.c
 	var left time.Duration
-	warm := c.warmUp()
+	warm := c.renewals.WarmUp()
 	defer func() { warm(err) }() // settles the warm-ups of a call that never tried
-	if !a.as.local && (!a.block || !c.waits.has(a.h.channel)) {
+	if !a.as.Local && (!a.block || !c.waits.Has(a.h.channel)) {
 		ok, l, err := a.p.try(a)
 		warm(err)
 		if err != nil || ok || !a.block {
@@ -97,13 +101,13 @@ func (a *acquisition) run() (_ bool, err error) {
 		}
 		left = l
 	}
-	err = c.wait(a.ctx, a.op, a.h.name, a.h.channel, a.as, left, func() (bool, time.Duration, error) {
+	err = c.loop.Wait(a.ctx, a.op, a.h.name, a.h.channel, a.as, left, func() (bool, time.Duration, error) {
 		ok, left, err := a.p.try(a)
 		warm(err)
 		return ok, left, err
 	})
 	if a.mark != nil {
-		c.wd.dropped(&a.mark.lease)
+		c.wd.Dropped(&a.mark.Lease)
 	}
 	if err != nil {
 		a.p.leave(a)
@@ -150,8 +154,8 @@ func (a *acquisition) fresh() error {
 	if a.grantTTL > 0 {
 		ttl = a.grantTTL
 	}
-	left := time.Until(leaseDeadline(a.sent, ttl))
-	if left >= minValidity(ttl) {
+	left := time.Until(lease.Deadline(a.sent, ttl))
+	if left >= lease.MinValidity(ttl) {
 		return nil
 	}
 	return &staleGrant{op: a.op, name: a.h.name, left: left, ttl: ttl}
@@ -170,9 +174,9 @@ func (a *acquisition) sending() (markTTL time.Duration) {
 
 // newHold makes the record of a hold the server granted on this
 // acquisition's last try, or handed to it.
-func (a *acquisition) newHold(key string, spec wire.Spec) *hold {
-	l := newHold(a.ctx, a.h, key, spec, a.ttl, a.renew, a.sent)
-	l.grantTTL = a.grantTTL
+func (a *acquisition) newHold(key string, spec wire.Spec) *lease.Hold {
+	l := lease.NewHold(a.ctx, a.h.name, a.h.kind, key, spec, a.ttl, a.renew, a.sent)
+	l.GrantTTL = a.grantTTL
 	return l
 }
 
@@ -185,7 +189,7 @@ type staleGrant struct {
 
 func (e *staleGrant) Error() string {
 	return opErr(e.op, e.name, fmt.Sprintf("granted with %v of its %v lease left, less than the %v minimum; given back",
-		e.left.Round(time.Millisecond), e.ttl, minValidity(e.ttl)), ErrNotObtained).Error()
+		e.left.Round(time.Millisecond), e.ttl, lease.MinValidity(e.ttl)), ErrNotObtained).Error()
 }
 
 func (e *staleGrant) Unwrap() error { return ErrNotObtained }
@@ -206,16 +210,16 @@ func (a *acquisition) refused(holder string, left time.Duration, queued, anew bo
 	if a.mark != nil && anew {
 		a.requeued = true
 	}
-	if a.mark != nil && c.wd.isHeld(&a.mark.lease) {
+	if a.mark != nil && c.wd.IsHeld(&a.mark.Lease) {
 		return false, left, nil
 	}
-	id := a.as.id
-	m := newMark(markKey, extra, spec, a.h.markLease(), a.sent, func() {
+	id := a.as.ID
+	m := lease.NewMark(markKey, extra, spec, a.h.markLease(), a.sent, func() {
 		// The place is gone: the lock was handed over (then a try takes it)
 		// or the place was purged (then a try queues again).
-		c.waits.wake(a.h.channel, wire.Wake{IDs: []string{id}}, wakeLocal)
+		c.waits.Wake(a.h.channel, wire.Wake{IDs: []string{id}}, wait.WakeLocal)
 	})
-	if !c.wd.add(&m.lease) {
+	if !c.wd.Add(&m.Lease) {
 		a.p.leave(a)
 		return false, 0, closedErr(a.op, a.h.name)
 	}
@@ -237,18 +241,18 @@ func (a *acquisition) handedGrant() bool {
 	if !a.renew || a.mark == nil || a.requeued || a.h.c.cfg.sync.replicas > 0 {
 		return false
 	}
-	sent := a.h.c.wd.lastSent(&a.mark.lease)
-	if time.Until(leaseDeadline(sent, a.mark.ttl)) < minValidity(a.mark.ttl) {
+	sent := a.h.c.wd.LastSent(&a.mark.Lease)
+	if time.Until(lease.Deadline(sent, a.mark.TTL)) < lease.MinValidity(a.mark.TTL) {
 		return false
 	}
-	a.sent, a.grantTTL = sent, a.mark.ttl
+	a.sent, a.grantTTL = sent, a.mark.TTL
 	return true
 }
 
 // watch hands a new hold to the watchdog. After Close nothing would keep or
 // report it, so it fails with ErrClosed and the caller gives the grant back.
-func (a *acquisition) watch(l *hold) error {
-	if !a.h.c.wd.add(&l.lease) {
+func (a *acquisition) watch(l *lease.Hold) error {
+	if !a.h.c.wd.Add(&l.Lease) {
 		return closedErr(a.op, a.h.name)
 	}
 	return nil

@@ -2,13 +2,16 @@ package dlock
 
 import (
 	"context"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-	"log/slog"
 	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/redis/go-redis/v9"
 
@@ -30,54 +33,30 @@ type Client struct {
 
 	co    *coalesce.Coalescer // shares round trips between concurrent calls; nil on a cluster
 	hub   *pubsub.Hub
-	waits waitRegistry
-	wd    *watchdog
+	waits *wait.Registry
+	loop  *wait.Loop // how blocking calls wait (see internal/wait)
+	wd    *lease.Watchdog
 	tel   *telemetry.Telemetry
 
 	holdsMu sync.Mutex
-	holds   map[string]*hold      // counted holds, by holdKey(key, owner)
-	gates   map[string]*ownerGate // serializes each owner's calls, by holdKey
+	holds   map[string]*lease.Hold // counted holds, by holdKey(key, owner)
+	gates   map[string]*ownerGate  // serializes each owner's calls, by holdKey
 
-	waiterSeq atomic.Uint64 // numbers waiters that have no ID of their own
-	renewals  renewals      // how the watchdog's renewals reach Redis
+	waiterSeq atomic.Uint64   // numbers waiters that have no ID of their own
+	renewals  *lease.Renewals // how the watchdog's renewals reach Redis
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 
 	hooks  *testHooks // nil outside tests
-	outage *outage
-}
-
-// outage logs, once, that Redis could not be reached, and once that it
-// answers again, however many calls and renewals meet the outage between.
-type outage struct {
-	log  *slog.Logger
-	down atomic.Bool
-}
-
-// saw records the outcome of a call to Redis: err nil or a reply from
-// Redis is an answer; an error that says Redis could not be reached is the
-// outage.
-func (o *outage) saw(err error) {
-	switch {
-	case err == nil || isRedisError(err):
-		if o.down.Load() && o.down.CompareAndSwap(true, false) {
-			o.log.Info("dlock: Redis answers again")
-		}
-	case unavailable(err):
-		if o.down.CompareAndSwap(false, true) {
-			o.log.Warn("dlock: Redis could not be reached; calls fail with ErrUnavailable, and holds are lost at their deadlines, until it answers again",
-				"error", err.Error())
-		}
-	}
+	outage *lease.Outage
 }
 
 // testHooks let internal tests stop a Client at the points where a race
 // they reproduce happens. Each is called, when set, on the goroutine that
 // reaches the point.
 type testHooks struct {
-	beforeRetry         func(w *waiter) // wait: w is about to look again
-	beforeCohortRelease func()          // Mutex.release: a cohort's local waiters were queued for the releasing script
+	beforeCohortRelease func() // Mutex.release: a cohort's local waiters were queued for the releasing script
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a
@@ -94,7 +73,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 			o(&cfg)
 		}
 	}
-	c := &Client{rdb: rdb, cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
+	c := &Client{rdb: rdb, cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*lease.Hold), gates: make(map[string]*ownerGate)}
 	c.tel = telemetry.New(cfg.tracerProvider, cfg.meterProvider, cfg.nameAttr)
 	if isNil(rdb) {
 		c.err = invalidf("nil redis client")
@@ -113,11 +92,12 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		// the other commands in it twice.
 		c.co = coalesce.New(rdb, pipelinesInFlight)
 	}
-	c.waits.init()
+	c.waits = wait.NewRegistry()
 	c.hub = pubsub.New(rdb, hubHandler{c}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
-	c.renewals.rdb = rdb
-	c.outage = &outage{log: cfg.logger}
-	c.wd = newWatchdog(cfg.watchdog, c.renewals.send, c.cluster, c.tel, c.outage)
+	c.renewals = lease.NewRenewals(rdb)
+	c.outage = &lease.Outage{Log: cfg.logger}
+	c.wd = lease.NewWatchdog(cfg.watchdog, c.renewals.Send, c.cluster, c.tel, c.outage)
+	c.loop = &wait.Loop{Reg: c.waits, Hub: c.hub, Tel: c.tel, Timeout: cfg.watchdog}
 	return c
 }
 
@@ -152,9 +132,9 @@ func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		c.closed.Store(true)
-		c.waits.close()
-		c.wd.close()
-		c.renewals.close()
+		c.waits.Close()
+		c.wd.Close()
+		c.renewals.Close()
 		err = c.hub.Close()
 	})
 	return err
@@ -170,13 +150,13 @@ func (h hubHandler) Message(channel, payload string) {
 	if m.From == h.c.id {
 		return // the sender woke its own waiters
 	}
-	h.c.waits.wake(channel, m.Wake, wakeRelease)
+	h.c.waits.Wake(channel, m.Wake, wait.WakeRelease)
 }
 
 // Subscribed wakes every waiter on channel: any release before the
 // confirmation may have been missed, so each must look again.
 func (h hubHandler) Subscribed(channel string) {
-	h.c.waits.wake(channel, wire.WakeAll, wakeSubscribed)
+	h.c.waits.Wake(channel, wire.WakeAll, wait.WakeSubscribed)
 }
 
 // script runs one of dlock's scripts. A call whose ctx cannot be cancelled
@@ -196,7 +176,7 @@ func (c *Client) script(ctx context.Context, s *redis.Script, keys []string, arg
 	} else {
 		cmd = c.co.Run(ctx, s, keys, args...)
 	}
-	c.outage.saw(cmd.Err())
+	c.outage.Saw(cmd.Err())
 	return cmd
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/wait"
+
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/internal/redistest"
@@ -64,11 +66,11 @@ func TestMutexCohort_LocalTimerRacesHandoff_LeavesNoPlaceInRedis(t *testing.T) {
 	subscribed(t, c, short)
 	handed := make(chan struct{})
 	var once sync.Once
-	c.hooks = &testHooks{beforeRetry: func(w *waiter) {
-		if w.cohort == short {
+	c.loop.BeforeRetry = func(w *wait.Waiter) {
+		if w.Cohort() == short {
 			once.Do(func() { <-handed })
 		}
-	}}
+	}
 	require.NoError(t, short.Lock(ctx))
 
 	longDone := make(chan error, 1)

@@ -3,11 +3,13 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Counted holds (ReentrantMutex, and both sides of RWMutex) belong to an
@@ -76,16 +78,16 @@ func (k *counted) try(a *acquisition) (bool, time.Duration, error) {
 				return err
 			}
 		}
-		fresh := func() *hold {
+		fresh := func() *lease.Hold {
 			l := a.newHold(k.leaseKey, wire.Spec{Kind: k.spec, ID: k.owner})
-			l.extra, l.token = k.extra, r.Token
+			l.Extra, l.Token = k.extra, r.Token
 			return l
 		}
 		if !c.trackHold(k.hk, r.Count, fresh) {
 			return closedErr(a.op, k.h.name)
 		}
 		if r.Count == 1 {
-			c.waits.wakeOwner(k.h.channel, k.owner) // the owner's other waiters re-enter
+			c.waits.WakeOwner(k.h.channel, k.owner) // the owner's other waiters re-enter
 			telemetry.Annotate(a.ctx, telemetry.AttrToken.Int64(int64(r.Token)))
 		}
 		telemetry.Annotate(a.ctx, telemetry.AttrHoldCount.Int64(r.Count))
@@ -98,7 +100,7 @@ func (k *counted) giveBack(a *acquisition) { _, _ = k.ops.releaseScript(a.nc, k.
 // leave withdraws a waiting owner from the queue, unless another call of the
 // same owner on this Client still waits there: they share the owner's place.
 func (k *counted) leave(a *acquisition) {
-	if !k.h.c.waits.hasOwner(k.h.channel, k.owner) {
+	if !k.h.c.waits.HasOwner(k.h.channel, k.owner) {
 		k.ops.leaveQueue(a.nc, k.owner, k.waiter)
 	}
 }
@@ -126,7 +128,7 @@ func holderCount(ctx context.Context, c *Client, key, owner string) (int64, erro
 func (k *counted) reconcile(ctx context.Context) {
 	var known int64
 	if l := k.h.c.heldLease(k.hk); l != nil {
-		known = l.count
+		known = l.Count
 	}
 	if cur, err := k.ops.serverCount(ctx, k.owner); err == nil && cur == known+1 {
 		_, _ = k.ops.releaseScript(ctx, k.owner)
@@ -156,17 +158,17 @@ func (k *counted) release(ctx context.Context, op string) error {
 }
 
 // lease returns the hold this Client tracks for the owner, or nil.
-func (k *counted) lease() *hold { return k.h.c.heldLease(k.hk) }
+func (k *counted) lease() *lease.Hold { return k.h.c.heldLease(k.hk) }
 
 // heldLease returns the hold this Client tracks for hk, or nil.
-func (c *Client) heldLease(hk string) *hold {
+func (c *Client) heldLease(hk string) *lease.Hold {
 	c.holdsMu.Lock()
 	defer c.holdsMu.Unlock()
 	return c.holds[hk]
 }
 
 // forgetHold stops tracking l under hk, if it is still the one tracked.
-func (c *Client) forgetHold(hk string, l *hold) {
+func (c *Client) forgetHold(hk string, l *lease.Hold) {
 	c.holdsMu.Lock()
 	if c.holds[hk] == l {
 		delete(c.holds, hk)
@@ -178,24 +180,24 @@ func (c *Client) forgetHold(hk string, l *hold) {
 // (n == 1) gets the hold fresh makes; a re-entry updates the count. It
 // returns false when the Client closed meanwhile: the caller must give the
 // hold back.
-func (c *Client) trackHold(hk string, n int64, fresh func() *hold) bool {
+func (c *Client) trackHold(hk string, n int64, fresh func() *lease.Hold) bool {
 	c.holdsMu.Lock()
 	old := c.holds[hk]
-	if n > 1 && old != nil && c.wd.isHeld(&old.lease) {
-		old.count = n
+	if n > 1 && old != nil && c.wd.IsHeld(&old.Lease) {
+		old.Count = n
 		c.holdsMu.Unlock()
 		return true
 	}
 	l := fresh()
-	l.count = n
+	l.Count = n
 	c.holds[hk] = l
 	c.holdsMu.Unlock()
 	if old != nil {
 		// The server had no hold for the owner although this Client still
 		// tracked one: that hold was lost, and its holder must hear of it.
-		c.wd.lose(&old.lease, fmt.Errorf("%w: hold gone before the owner locked again", ErrLost))
+		c.wd.Lose(&old.Lease, fmt.Errorf("%w: hold gone before the owner locked again", ErrLost))
 	}
-	if !c.wd.add(&l.lease) {
+	if !c.wd.Add(&l.Lease) {
 		// Closed: nothing keeps the hold. Forget it, so that Lost and
 		// HoldContext do not report a hold that nothing keeps.
 		c.forgetHold(hk, l)

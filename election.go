@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -76,7 +79,7 @@ func (m *Mutex) leads() bool {
 	m.mu.Lock()
 	l := m.hold
 	m.mu.Unlock()
-	return l != nil && m.c.wd.isHeld(&l.lease)
+	return l != nil && m.c.wd.IsHeld(&l.Lease)
 }
 
 // proclaim publishes value as the handle's leadership's.
@@ -89,16 +92,16 @@ func (e *Election) proclaim(ctx context.Context, value string) error {
 		return opErr("campaign", m.name, "", ErrLost)
 	}
 	c := m.c
-	ok, err := c.script(detach(ctx), scripts.ElectionProclaim, []string{m.keys[0], m.keys[1], m.channel}, l.spec.ID, value, c.id).Int()
+	ok, err := c.script(detach(ctx), scripts.ElectionProclaim, []string{m.keys[0], m.keys[1], m.channel}, l.Spec.ID, value, c.id).Int()
 	if err != nil {
 		return m.fail("campaign", err)
 	}
 	if ok != 1 {
-		c.wd.lose(&l.lease, fmt.Errorf("%w: leadership gone before its value was published", ErrLost))
+		c.wd.Lose(&l.Lease, fmt.Errorf("%w: leadership gone before its value was published", ErrLost))
 		return opErr("campaign", m.name, "", ErrLost)
 	}
 	// This Client's own observers: the notice it published is ignored here.
-	c.waits.wake(m.channel, wire.Wake{Kind: wire.KindObserver}, wakeRelease)
+	c.waits.Wake(m.channel, wire.Wake{Kind: wire.KindObserver}, wait.WakeRelease)
 	return nil
 }
 
@@ -183,12 +186,12 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 func (e *Election) observe(ctx context.Context, out chan<- string) {
 	defer close(out)
 	m, c := e.m, e.m.c
-	w, err := c.waits.join(m.channel, waitAs{kind: wire.KindObserver})
+	w, err := c.waits.Join(m.channel, wait.As{Kind: wire.KindObserver})
 	if err != nil {
 		return
 	}
-	defer c.waits.leave(w, true) // a notice wakes every observer: nothing to pass on
-	sctx, cancel := context.WithTimeout(detach(ctx), subscribeTimeout)
+	defer c.waits.Leave(w, true) // a notice wakes every observer: nothing to pass on
+	sctx, cancel := context.WithTimeout(detach(ctx), wait.SubscribeTimeout)
 	_, err = c.hub.Acquire(sctx, m.channel)
 	cancel()
 	if err != nil {
@@ -203,7 +206,7 @@ func (e *Election) observe(ctx context.Context, out chan<- string) {
 	for {
 		// A wake-up that comes during the look is kept for the next one;
 		// the Client's close is never consumed here.
-		c.waits.attempt(w)
+		c.waits.Attempt(w)
 		next, woken, ok := o.look()
 		if !ok {
 			return
@@ -219,7 +222,7 @@ type observer struct {
 	e      *Election
 	ctx    context.Context
 	out    chan<- string
-	w      *waiter // its place in the Client's registry of waiters
+	w      *wait.Waiter // its place in the Client's registry of waiters
 	timer  *time.Timer
 	last   leaderInfo // the leader last delivered
 	looked int        // looks so far, for the wake-up events
@@ -239,18 +242,18 @@ func (o *observer) look() (next time.Duration, woken, ok bool) {
 	case err != nil || li.id == "":
 		return c.markLease(), false, true // nobody leads, or Redis unreachable: look again after a while
 	case li.id == o.last.id && li.value == o.last.value:
-		return c.retryAfter(li.left), false, true
+		return c.loop.RetryAfter(li.left), false, true
 	}
 	for {
 		select {
 		case o.out <- li.value:
 			o.last = li
-			return c.retryAfter(li.left), woken, true
+			return c.loop.RetryAfter(li.left), woken, true
 		case <-o.ctx.Done():
 			return 0, false, false
-		case why := <-o.w.wake:
+		case why := <-o.w.C():
 			woken = true
-			if why == wakeClosed {
+			if why == wait.WakeClosed {
 				return 0, false, false
 			}
 		}
@@ -265,20 +268,20 @@ func (o *observer) sleep(d time.Duration) bool {
 	o.timer.Reset(d)
 	for {
 		select {
-		case why := <-o.w.wake:
-			if why == wakeRetime {
+		case why := <-o.w.C():
+			if why == wait.WakeRetime {
 				// The lock changed hands: look again when the new hold
 				// ends, if that comes first.
-				if r := c.waits.retimed(o.w).Add(time.Millisecond); r.Before(at) {
+				if r := c.waits.Retimed(o.w).Add(time.Millisecond); r.Before(at) {
 					at = r
 					o.timer.Reset(time.Until(at))
 				}
 				continue
 			}
-			if why == wakeClosed {
+			if why == wait.WakeClosed {
 				return false
 			}
-			telemetry.WokeUp(o.ctx, wakeReasonNames[why], o.looked+1)
+			telemetry.WokeUp(o.ctx, why.String(), o.looked+1)
 		case <-o.timer.C:
 			telemetry.WokeUp(o.ctx, "timer", o.looked+1)
 		case <-o.ctx.Done():

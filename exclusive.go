@@ -3,10 +3,11 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )

@@ -1,32 +1,32 @@
 package dlock
 
 import (
-	"github.com/dlock-go/dlock/internal/wire"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // WarmConns is how many connections a Client warms for renewals after its
 // first round trip, each with a one-PING pipeline (see renewals.go).
-const WarmConns = warmConns
+const WarmConns = lease.WarmConns
 
 // Cluster renewals (see renew_cluster.go).
 
 // SetPerSlotRenewals forces a cluster Client's renewals per hash slot (on),
 // as on servers without script flags, or lets them go per node again.
-func SetPerSlotRenewals(c *Client, on bool) { c.renewals.perSlot.Store(on) }
+func SetPerSlotRenewals(c *Client, on bool) { c.renewals.SetPerSlot(on) }
 
 // PerSlotRenewals reports whether a cluster Client renews per hash slot.
-func PerSlotRenewals(c *Client) bool { return c.renewals.perSlot.Load() }
+func PerSlotRenewals(c *Client) bool { return c.renewals.PerSlot() }
 
 // SetRenewNodeScript makes a cluster Client renew per node with the script
 // src instead of internal/scripts/renew_node.lua. Call it before the first hold.
-func SetRenewNodeScript(c *Client, src string) { c.renewals.nodeScript = redis.NewScript(src) }
+func SetRenewNodeScript(c *Client, src string) { c.renewals.SetNodeScript(src) }
 
 // RejectsScriptFlags is the test of a per-node renewal's error that turns
 // renewals per node off.
-func RejectsScriptFlags(err error) bool { return rejectsScriptFlags(err) }
+func RejectsScriptFlags(err error) bool { return lease.RejectsScriptFlags(err) }
 
 // KeySlot is the Redis Cluster hash slot of key.
 func KeySlot(key string) int { return int(wire.Slot(key)) }

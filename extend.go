@@ -1,10 +1,11 @@
 package dlock
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -21,20 +22,20 @@ import (
 // lease left, the deadline a renewal request carries).
 
 // extend runs Extend for hold l (nil when the caller holds nothing).
-func (h *handle) extend(ctx context.Context, spanName string, l *hold, lease time.Duration) error {
-	return h.extendBy(ctx, spanName, l, lease, func(ctx context.Context) (extendOutcome, error) {
-		keys := append([]string{l.key}, l.extra...)
-		res, err := h.c.script(ctx, scripts.Renew, keys, millis(lease), l.arg).Int64Slice()
+func (h *handle) extend(ctx context.Context, spanName string, l *lease.Hold, d time.Duration) error {
+	return h.extendBy(ctx, spanName, l, d, func(ctx context.Context) (lease.ExtendOutcome, error) {
+		keys := append([]string{l.Key}, l.Extra...)
+		res, err := h.c.script(ctx, scripts.Renew, keys, millis(d), l.Arg).Int64Slice()
 		if err == nil && len(res) != 1 {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
 		switch {
 		case err != nil:
-			return extendUnknown, h.fail("extend", err)
+			return lease.ExtendUnknown, h.fail("extend", err)
 		case res[0] != 1:
-			return extendGone, nil
+			return lease.ExtendGone, nil
 		}
-		return extendApplied, nil
+		return lease.ExtendApplied, nil
 	})
 }
 
@@ -42,114 +43,36 @@ func (h *handle) extend(ctx context.Context, spanName string, l *hold, lease tim
 // span, the checks, stopping the renewals, and recording the outcome. apply
 // sets the new lease on the server(s); with extendUnknown it returns the
 // error to report.
-func (h *handle) extendBy(ctx context.Context, spanName string, l *hold, lease time.Duration, apply func(ctx context.Context) (extendOutcome, error)) (err error) {
+func (h *handle) extendBy(ctx context.Context, spanName string, l *lease.Hold, d time.Duration, apply func(ctx context.Context) (lease.ExtendOutcome, error)) (err error) {
 	const op = "extend"
 	ctx, sp, err := h.begin(ctx, spanName)
 	defer func() { sp.EndOther(err) }()
 	switch {
 	case err != nil:
 		return err
-	case leaseOutOfBounds("lease", lease) != "":
-		return opErr(op, h.name, leaseOutOfBounds("lease", lease), ErrInvalid)
+	case leaseOutOfBounds("lease", d) != "":
+		return opErr(op, h.name, leaseOutOfBounds("lease", d), ErrInvalid)
 	case l == nil:
 		return opErr(op, h.name, "", ErrNotHeld)
 	}
 	w := h.c.wd
-	if err := w.beginExtend(ctx, &l.lease); err != nil {
+	if err := w.BeginExtend(ctx, &l.Lease); err != nil {
 		return opErr(op, h.name, "", err)
 	}
 	sent := time.Now()
 	outcome, err := apply(ctx)
-	w.extended(&l.lease, lease, sent, outcome)
+	w.Extended(&l.Lease, d, sent, outcome)
 	switch outcome {
-	case extendUnknown:
+	case lease.ExtendUnknown:
 		return err
-	case extendGone:
-		if cause := w.lostCause(l); cause != nil {
+	case lease.ExtendGone:
+		if cause := w.LostCause(l); cause != nil {
 			return opErr(op, h.name, "", cause)
 		}
 		return opErr(op, h.name, "", ErrNotHeld) // released meanwhile
 	}
-	if cause := w.lostCause(l); cause != nil {
+	if cause := w.LostCause(l); cause != nil {
 		return opErr(op, h.name, "", cause)
 	}
 	return nil
-}
-
-type extendOutcome uint8
-
-const (
-	extendApplied extendOutcome = iota // the server set the new lease
-	extendGone                         // the server had no such hold
-	extendUnknown                      // the request failed: either may be true
-)
-
-// beginExtend stops l's renewals ahead of an Extend and waits until no
-// renewal of l is in flight. It returns why l ended, if it has.
-func (w *watchdog) beginExtend(ctx context.Context, l *lease) error {
-	w.mu.Lock()
-	renew := l.renew
-	for {
-		if l.state != leaseHeld || l.releasing {
-			w.mu.Unlock()
-			if h, ok := l.of.(*hold); ok && h.cause != nil && l.state == leaseLost {
-				return h.cause
-			}
-			return ErrNotHeld
-		}
-		l.renew = false
-		if l.renewing == 0 {
-			w.mu.Unlock()
-			return nil
-		}
-		if w.settled == nil {
-			w.settled = make(chan struct{})
-		}
-		settled := w.settled
-		w.mu.Unlock()
-		select {
-		case <-settled:
-		case <-ctx.Done():
-			w.mu.Lock()
-			if l.state == leaseHeld && renew && !l.renew {
-				l.renew = true
-				w.schedule(l, w.mono(time.Now()))
-			}
-			w.mu.Unlock()
-			return ctx.Err()
-		}
-		w.mu.Lock()
-	}
-}
-
-// extended records the outcome of an Extend of l to ttl, sent at sent.
-// Applied, l now ends at its new deadline, earlier or later than before;
-// gone, it is lost (unless a release of it is in flight); unknown, it ends
-// by the earlier of its old and new deadlines.
-func (w *watchdog) extended(l *lease, ttl time.Duration, sent time.Time, outcome extendOutcome) {
-	w.mu.Lock()
-	defer w.unlock()
-	if l.state != leaseHeld {
-		return
-	}
-	deadline := w.mono(leaseDeadline(sent, ttl))
-	switch outcome {
-	case extendGone:
-		if !l.releasing {
-			w.endLocked(l, leaseLost, fmt.Errorf("%w: extend found the hold gone", ErrLost))
-		}
-		return
-	case extendUnknown:
-		deadline = min(deadline, l.deadline)
-	}
-	l.ttl, l.grantTTL = ttl, 0
-	l.sent, l.deadline = w.mono(sent), deadline
-	if deadline <= w.mono(time.Now()) {
-		w.endLocked(l, leaseLost, w.expiredCause(l))
-		return
-	}
-	if l.idx >= 0 {
-		heap.Fix(&w.deadlines, l.idx)
-	}
-	kick(w.clockKick)
 }

@@ -2,10 +2,14 @@ package dlock
 
 import (
 	"context"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"runtime"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // handle is what every primitive's handle shares: its Client, its kind and
@@ -103,7 +107,7 @@ func (h *handle) terms() (time.Duration, bool) {
 // the recovery time h was given.
 func (h *handle) markLease() time.Duration {
 	if h.renewed > 0 {
-		return min(h.c.markLease(), markLease(h.renewed))
+		return min(h.c.markLease(), lease.MarkLease(h.renewed))
 	}
 	return h.c.markLease()
 }
@@ -118,11 +122,7 @@ func (c *Client) watchdogLease() time.Duration {
 // the watchdog timeout, renewed three times as often as holds. A waiter that
 // dies then holds its queue up for at most that long: the lock may be handed
 // to it first, for what is left of its mark.
-func (c *Client) markLease() time.Duration { return markLease(c.cfg.watchdog) }
-
-func markLease(timeout time.Duration) time.Duration {
-	return time.Duration(millis(timeout/3)) * time.Millisecond
-}
+func (c *Client) markLease() time.Duration { return lease.MarkLease(c.cfg.watchdog) }
 
 // fail turns an error from Redis met by op into dlock's error for it.
 func (h *handle) fail(op string, err error) error { return redisErr(op, h.name, h.kind, h.key, err) }
@@ -132,7 +132,7 @@ func (h *handle) fail(op string, err error) error { return redisErr(op, h.name, 
 // messages. A needless wake-up costs one retry.
 func (h *handle) wakeUnknown(err error) {
 	if outcomeUnknown(err) {
-		h.c.waits.wake(h.channel, wire.WakeAll, wakeLocal)
+		h.c.waits.Wake(h.channel, wire.WakeAll, wait.WakeLocal)
 	}
 }
 
@@ -147,7 +147,7 @@ func (h *handle) wakeUnknown(err error) {
 // it hands over in starvation mode: the new holder, not the old one, should
 // run next.
 func (h *handle) handedTo(ids []string, token uint64, ttl time.Duration) {
-	if h.c.waits.wake(h.channel, wire.Wake{Kind: wire.KindHanded, IDs: ids, Fence: token, TTL: ttl}, wakeLocal) > 0 {
+	if h.c.waits.Wake(h.channel, wire.Wake{Kind: wire.KindHanded, IDs: ids, Fence: token, TTL: ttl}, wait.WakeLocal) > 0 {
 		runtime.Gosched()
 	}
 }
@@ -156,6 +156,6 @@ func (h *handle) handedTo(ids []string, token uint64, ttl time.Duration) {
 // own waiters, whose echo the Client ignores.
 func (h *handle) wakeLocal(msg string) {
 	if msg != "" {
-		h.c.waits.wake(h.channel, wire.DecodeRelease(msg).Wake, wakeLocal)
+		h.c.waits.Wake(h.channel, wire.DecodeRelease(msg).Wake, wait.WakeLocal)
 	}
 }

@@ -2,13 +2,13 @@ package dlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -117,10 +117,6 @@ func validHoldID(id string) bool {
 	return !strings.ContainsFunc(id, func(r rune) bool { return r <= ' ' || r == 0x7f || r == ',' || r == '|' })
 }
 
-// errHandedOver is the cause of a hold context's cancellation after
-// HandOver: the hold goes on, but no longer under this handle.
-var errHandedOver = errors.New("dlock: handed over")
-
 // HandOver gives the handle's current hold away: it returns a HoldRef for
 // it, and the handle no longer holds it. It sends nothing to Redis.
 //
@@ -155,7 +151,7 @@ func (m *Mutex) HandOver() (HoldRef, error) {
 		return HoldRef{}, opErr(op, m.name, "", ErrNotHeld)
 	}
 	w := m.c.wd
-	if err := w.beginExtend(context.Background(), &l.lease); err != nil {
+	if err := w.BeginExtend(context.Background(), &l.Lease); err != nil {
 		return HoldRef{}, opErr(op, m.name, "", err)
 	}
 	m.mu.Lock()
@@ -167,18 +163,10 @@ func (m *Mutex) HandOver() (HoldRef, error) {
 	if !mine {
 		return HoldRef{}, opErr(op, m.name, "", ErrNotHeld) // an Unlock came first
 	}
-	w.mu.Lock()
-	expired := w.mono(time.Now()) >= l.deadline
-	if expired {
-		w.endLocked(&l.lease, leaseLost, w.expiredCause(&l.lease))
-	} else {
-		w.endLocked(&l.lease, leaseReleased, errHandedOver)
-	}
-	w.unlock()
-	if expired {
+	if !w.HandOver(&l.Lease) {
 		return HoldRef{}, opErr(op, m.name, "", ErrLost)
 	}
-	return HoldRef{Name: m.name, Kind: KindMutex, ID: l.spec.ID, Token: l.token}, nil
+	return HoldRef{Name: m.name, Kind: KindMutex, ID: l.Spec.ID, Token: l.Token}, nil
 }
 
 // ReleaseRef releases the hold ref names, as its holder's Unlock would: if

@@ -3,9 +3,12 @@ package dlock
 import (
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-	"time"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -64,7 +67,7 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
 		return l.fail("countdown", err)
 	}
 	if n == 0 {
-		l.c.waits.wake(l.channel, wire.WakeAll, wakeLocal)
+		l.c.waits.Wake(l.channel, wire.WakeAll, wait.WakeLocal)
 	}
 	return nil
 }
@@ -106,7 +109,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
 		l.wakeUnknown(err)
 		return false, l.fail("delete", err)
 	}
-	l.c.waits.wake(l.channel, wire.WakeAll, wakeLocal)
+	l.c.waits.Wake(l.channel, wire.WakeAll, wait.WakeLocal)
 	return n == 1, nil
 }
 
@@ -135,5 +138,5 @@ func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 		}
 		return err == nil && (count <= 0 || gen != gen0), 0, err
 	}
-	return l.c.wait(ctx, "await", l.name, l.channel, waitAs{metric: telemetry.KindLatch}, 0, try)
+	return l.c.loop.Wait(ctx, "await", l.name, l.channel, wait.As{Metric: telemetry.KindLatch}, 0, try)
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
 )
 
 // MultiLock holds several locks at once, all or none, as Redisson's
@@ -195,7 +197,7 @@ func (ml *MultiLock) keep() {
 			g.once.Do(func() { close(g.lost) })
 			g.cancel(fmt.Errorf("%w (member %q)", cause, name))
 		}
-		if l == nil || !m.c.wd.whenLost(l, lostNow) {
+		if l == nil || !m.c.wd.WhenLost(l, lostNow) {
 			lostNow(fmt.Errorf("%w: member ended before the group was held", ErrLost))
 		}
 	}
@@ -236,7 +238,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	if g == nil {
 		return opErr("unlock", ml.label(), "", ErrNotHeld)
 	}
-	g.end(errReleased)
+	g.end(lease.ErrReleased)
 	var errs []error
 	for i := len(ml.members) - 1; i >= 0; i-- {
 		if err := ml.members[i].Unlock(ctx); err != nil {

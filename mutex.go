@@ -5,10 +5,14 @@ import (
 	"crypto/rand"
 	"encoding/base32"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Mutex is a distributed mutual exclusion lock that behaves like sync.Mutex:
@@ -28,7 +32,7 @@ type Mutex struct {
 	x excl
 
 	mu   sync.Mutex
-	hold *hold // the current hold, nil when not held
+	hold *lease.Hold // the current hold, nil when not held
 
 	rl *rlMutex // set for a Mutex over a Redlock's masters (see redlock.go)
 
@@ -116,20 +120,20 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *acquisi
 		t.reserve = m.cohort.max // the tokens of the local handoffs (cohort.go)
 	}
 	t.waiter = wire.ExclWaiter(m.lease, t.reserve, id)
-	as := waitAs{id: id}
+	as := wait.As{ID: id}
 	if m.cohortOn() {
-		as.cohort, as.place = m, t.waiter
-		as.local, as.localFor = block && m.cohortRunning(), m.cohort.maxTime
+		as.Cohort, as.Place = m, t.waiter
+		as.Local, as.LocalFor = block && m.cohortRunning(), m.cohort.maxTime
 	}
 	a := m.newAcquisition(ctx, t, op, block, as)
-	if as.local {
-		a.as.queued = func(at time.Time) error {
+	if as.Local {
+		a.as.Queued = func(at time.Time) error {
 			a.sent = at
 			_, _, err := a.refused("", 0, true, false, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
 			return err
 		}
 	}
-	a.as.handed = func(token uint64) (bool, error) {
+	a.as.Handed = func(token uint64) (bool, error) {
 		if !a.handedGrant() {
 			return false, nil
 		}
@@ -159,9 +163,9 @@ func (t *mutexTry) keep(a *acquisition, token uint64) error {
 	}
 	m := t.m
 	l := a.newHold(m.key, wire.Spec{Kind: wire.SpecHolder, ID: t.id})
-	l.token = token
+	l.Token = token
 	if m.cohortOn() {
-		l.cohort = cohortState{end: token + uint64(m.cohort.max), since: time.Now()}
+		l.Cohort = lease.CohortState{End: token + uint64(m.cohort.max), Since: time.Now()}
 	}
 	m.mu.Lock()
 	old := m.hold
@@ -170,7 +174,7 @@ func (t *mutexTry) keep(a *acquisition, token uint64) error {
 	if old != nil {
 		// The key was free, so an older hold of this handle that nobody
 		// unlocked had already expired or been deleted.
-		m.c.wd.lose(&old.lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
+		m.c.wd.Lose(&old.Lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
 	}
 	if err := a.watch(l); err != nil {
 		m.mu.Lock()
@@ -252,8 +256,8 @@ func (m *Mutex) unlock(ctx context.Context, spanName, op string) (err error) {
 // Redis said it was gone; what is left of it on the server expires within
 // the drift margin), and the caller learns at once that it was lost, rather
 // than a network error after a round trip to a server that may be down.
-func (h *handle) lostAlready(op string, l *hold) error {
-	if cause := h.c.wd.lostCause(l); cause != nil {
+func (h *handle) lostAlready(op string, l *lease.Hold) error {
+	if cause := h.c.wd.LostCause(l); cause != nil {
 		return opErr(op, h.name, "", cause, ErrNotHeld)
 	}
 	return nil
@@ -261,7 +265,7 @@ func (h *handle) lostAlready(op string, l *hold) error {
 
 // release releases l, which Unlock took off the handle: to a goroutine
 // waiting on the handle (WithCohort, within its bound), or in Redis.
-func (m *Mutex) release(ctx context.Context, l *hold, op string) error {
+func (m *Mutex) release(ctx context.Context, l *lease.Hold, op string) error {
 	if m.rl != nil {
 		return m.rl.unlock(ctx, l)
 	}
@@ -275,24 +279,24 @@ func (m *Mutex) release(ctx context.Context, l *hold, op string) error {
 			return nil
 		}
 	}
-	var local []*waiter
+	var local []*wait.Waiter
 	var enqueue []string
 	if m.cohortOn() {
 		// The cohort ends: its local waiters queue in Redis, behind those
 		// of other Clients, in their order, in the release's own script
 		// (and so ahead of the caller should it lock again); then they are
 		// woken to take their places (cohort.go).
-		local, enqueue = m.c.waits.endCohort(m.channel, m.key)
+		local, enqueue = m.c.waits.EndCohort(m.channel, m.key)
 		if h := m.c.hooks; h != nil && h.beforeCohortRelease != nil && len(local) > 0 {
 			h.beforeCohortRelease()
 		}
 	}
 	m.beginRelease(l)
 	sent := time.Now()
-	remaining, err := m.x.unlockCohort(detach(ctx), l.spec.ID, l.cohort.served, enqueue)
+	remaining, err := m.x.unlockCohort(detach(ctx), l.Spec.ID, l.Cohort.Served, enqueue)
 	if len(local) > 0 {
 		// The script queued them only if l still held the lock.
-		for _, place := range m.c.waits.wakeEnded(local, err == nil && remaining == 0, sent) {
+		for _, place := range m.c.waits.WakeEnded(local, err == nil && remaining == 0, sent) {
 			m.x.cancel(detach(ctx), place)
 		}
 	}
@@ -340,7 +344,7 @@ func (m *Mutex) Token() uint64 {
 	if m.hold == nil {
 		return 0
 	}
-	return m.hold.token
+	return m.hold.Token
 }
 
 // IsLocked reports whether anyone holds the lock, in one round trip.
@@ -376,7 +380,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 		l := m.hold
 		m.mu.Unlock()
 		if l != nil {
-			m.c.wd.lose(&l.lease, cause)
+			m.c.wd.Lose(&l.Lease, cause)
 		}
 	})
 }
@@ -388,7 +392,7 @@ func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 func (m *Mutex) Lost() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.c.wd.lostOf(m.hold)
+	return m.c.wd.LostOf(m.hold)
 }
 
 // HoldContext returns a copy of parent that is cancelled when the current
@@ -400,7 +404,7 @@ func (m *Mutex) HoldContext(parent context.Context) (context.Context, context.Ca
 	m.mu.Lock()
 	l := m.hold
 	m.mu.Unlock()
-	return m.c.wd.holdContext(parent, l)
+	return m.c.wd.HoldContext(parent, l)
 }
 
 // newToken returns a fresh ID for a Mutex acquisition: the Client's ID and

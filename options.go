@@ -2,9 +2,10 @@ package dlock
 
 import (
 	"fmt"
-	"github.com/dlock-go/dlock/internal/wire"
 	"log/slog"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -36,8 +37,6 @@ const (
 	// messages (which quote at most the first 128 bytes of it).
 	MaxNameLength = wire.MaxNameLength
 
-	// renewBatch is the most keys one renewal script call carries.
-	renewBatch = 100
 	// subscriptionLinger keeps a lock's channel subscribed after its last
 	// waiter leaves, so a hot lock does not re-subscribe for every wait.
 	subscriptionLinger = 5 * time.Second
@@ -45,8 +44,6 @@ const (
 	// keeps in flight before further calls wait to share the next one.
 	// Measured on 2 cores with 32 goroutines: 4 did best (2 and 8 close).
 	pipelinesInFlight = 4
-	// subscribeTimeout bounds a waiter's SUBSCRIBE on the shared connection.
-	subscribeTimeout = 5 * time.Second
 )
 
 // Option configures a Client. See New.

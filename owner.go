@@ -3,6 +3,7 @@ package dlock
 import (
 	"context"
 	"crypto/rand"
+
 	"github.com/dlock-go/dlock/internal/wire"
 )
 

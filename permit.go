@@ -2,9 +2,11 @@ package dlock
 
 import (
 	"context"
-	"github.com/dlock-go/dlock/internal/telemetry"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
 )
 
 // Permit is a grant of permits from a Semaphore: a lease, renewed by the
@@ -15,7 +17,7 @@ type Permit struct {
 	s  *Semaphore
 	id string
 	n  int
-	l  *hold // nil for a Permit of no permits
+	l  *lease.Hold // nil for a Permit of no permits
 
 	mu   sync.Mutex
 	done bool // Release succeeded, or found the permit gone
@@ -31,7 +33,7 @@ func (p *Permit) Token() uint64 {
 	if p.l == nil {
 		return 0
 	}
-	return p.l.token
+	return p.l.Token
 }
 
 // Release gives the permits back and wakes the waiters they can serve. A
@@ -93,7 +95,7 @@ func (p *Permit) Lost() <-chan struct{} {
 	if p.l == nil {
 		return nil
 	}
-	return p.s.c.wd.lostOf(p.l)
+	return p.s.c.wd.LostOf(p.l)
 }
 
 // HoldContext returns a copy of parent that is cancelled when the permit
@@ -101,5 +103,5 @@ func (p *Permit) Lost() <-chan struct{} {
 // matching ErrLost. Call the CancelFunc when done. For a Permit of no
 // permits, the context is already cancelled, with cause ErrNotHeld.
 func (p *Permit) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return p.s.c.wd.holdContext(parent, p.l)
+	return p.s.c.wd.HoldContext(parent, p.l)
 }

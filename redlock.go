@@ -2,8 +2,6 @@ package dlock
 
 import (
 	"context"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"hash/fnv"
 	"net"
 	"strconv"
@@ -11,6 +9,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/redis/go-redis/v9"
 
@@ -156,7 +160,7 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 			o(&cfg)
 		}
 	}
-	c := &Client{cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*hold), gates: make(map[string]*ownerGate)}
+	c := &Client{cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*lease.Hold), gates: make(map[string]*ownerGate)}
 	c.tel = telemetry.New(cfg.tracerProvider, cfg.meterProvider, cfg.nameAttr)
 	r := &Redlock{c: c, quorum: len(masters)/2 + 1, seen: make(map[string]struct{})}
 	r.callsIdle = sync.NewCond(&r.callsMu)
@@ -177,9 +181,10 @@ func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
 				"master", i, "read_timeout", rdb.Options().ReadTimeout.String())
 		}
 	}
-	c.waits.init()
-	c.outage = &outage{log: cfg.logger}
-	c.wd = newWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, c.outage)
+	c.waits = wait.NewRegistry()
+	c.loop = &wait.Loop{Reg: c.waits, Tel: c.tel, Timeout: cfg.watchdog} // no Hub: each master has its own (see redlock_wait.go)
+	c.outage = &lease.Outage{Log: cfg.logger}
+	c.wd = lease.NewWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, c.outage)
 	for i, rdb := range masters {
 		n := &rlNode{rdb: rdb, index: i, name: masterName(rdb, i)}
 		if _, cluster := rdb.(*redis.ClusterClient); !cluster {
@@ -356,8 +361,8 @@ func (r *Redlock) Close() error {
 	r.closeOnce.Do(func() {
 		c := r.c
 		c.closed.Store(true)
-		c.waits.close()
-		c.wd.close()
+		c.waits.Close()
+		c.wd.Close()
 		for _, n := range r.nodes {
 			if e := n.hub.Close(); e != nil && err == nil {
 				err = e
@@ -406,11 +411,11 @@ func (h rlHubHandler) Message(channel, payload string) {
 	if !h.r.firstSeen(m.Wake.IDs[0]) {
 		return
 	}
-	h.r.c.waits.wake(channel, wire.WakeOne, wakeRelease)
+	h.r.c.waits.Wake(channel, wire.WakeOne, wait.WakeRelease)
 }
 
 func (h rlHubHandler) Subscribed(channel string) {
-	h.r.c.waits.wake(channel, wire.WakeAll, wakeSubscribed)
+	h.r.c.waits.Wake(channel, wire.WakeAll, wait.WakeSubscribed)
 }
 
 // released reports whether this Redlock has seen holder's release: from a

@@ -15,6 +15,7 @@ import (
 	"github.com/dlock-go/dlock"
 	"github.com/dlock-go/dlock/internal/faultnet"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // evalCalls returns how many script calls srv has run since its stats were
@@ -91,7 +92,7 @@ func TestRedlock_Gate_WaiterRefusedAtGateAsksNoOtherMaster(t *testing.T) {
 	// A release message that releases nothing wakes b, as one from a
 	// holder that lost a master's key would: b looks again.
 	other := srvs[(gate+1)%3]
-	_, err := other.Do(ctx, "publish", dlock.RedlockChannel(mb), "someone|"+n+"-gone")
+	_, err := other.Do(ctx, "publish", dlock.RedlockChannel(mb), wire.Release{From: "someone", Wake: wire.Wake{N: 1, Kind: wire.KindReleased, IDs: []string{n + "-gone"}}}.Encode())
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return evalCalls(t, srvs[gate]) >= 1 }, 2*time.Second, 5*time.Millisecond, "b's try reached the gate")
 	time.Sleep(100 * time.Millisecond) // it would reach the others as soon

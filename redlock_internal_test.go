@@ -44,7 +44,7 @@ func TestRedlock_ReacquireRacingUnlock_LeavesNoKey(t *testing.T) {
 	require.NoError(t, m.Lock(ctx))
 	require.Eventually(t, func() bool { // Lock returns on a quorum
 		v, err := srvs[0].Do(ctx, "hget", m.key, "o")
-		return err == nil && v == m.hold.spec.ID
+		return err == nil && v == m.hold.Spec.ID
 	}, time.Second, 5*time.Millisecond)
 	_, err := srvs[0].Do(ctx, "del", m.key) // master 0 lost the key
 	require.NoError(t, err)

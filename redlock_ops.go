@@ -6,29 +6,33 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // unlock releases hold l on every master.
-func (rm *rlMutex) unlock(ctx context.Context, l *hold) error {
+func (rm *rlMutex) unlock(ctx context.Context, l *lease.Hold) error {
 	m, r := rm.m, rm.r
 	m.beginRelease(l)
 	// Masters that answer the try from now on give their grant back
 	// themselves; those that answered already are released below.
-	rm.abandon(l.spec.ID)
+	rm.abandon(l.Spec.ID)
 	released, failed, lastErr := rm.onEvery(func(ctx context.Context, n *rlNode) (bool, error) {
-		return rm.releaseCtx(ctx, n, l.spec.ID)
+		return rm.releaseCtx(ctx, n, l.Spec.ID)
 	})
 	if released > 0 {
 		// This Redlock ignores its own release messages; it records the
 		// release itself, for its waiters' tries at a lagging gate.
-		r.firstSeen(l.spec.ID)
-		r.c.waits.wake(rm.keys[2], wire.WakeOne, wakeLocal)
+		r.firstSeen(l.Spec.ID)
+		r.c.waits.Wake(rm.keys[2], wire.WakeOne, wait.WakeLocal)
 	}
 	switch {
 	case released == 0 && failed > 0:
@@ -46,15 +50,15 @@ func (rm *rlMutex) unlock(ctx context.Context, l *hold) error {
 }
 
 // extend runs Extend on every master: applied when a quorum applied it.
-func (rm *rlMutex) extend(ctx context.Context, spanName string, l *hold, lease time.Duration) error {
+func (rm *rlMutex) extend(ctx context.Context, spanName string, l *lease.Hold, d time.Duration) error {
 	m, r := rm.m, rm.r
-	return m.extendBy(ctx, spanName, l, lease, func(context.Context) (extendOutcome, error) {
+	return m.extendBy(ctx, spanName, l, d, func(context.Context) (lease.ExtendOutcome, error) {
 		type got struct {
 			ok  bool
 			err error
 		}
 		res, answered := fanOut(r, context.Background(), rm.nodeTimeout(), func(ctx context.Context, n *rlNode) got {
-			v, err := scripts.Renew.Run(ctx, n.rdb, []string{l.key}, millis(lease), l.arg).Int64Slice()
+			v, err := scripts.Renew.Run(ctx, n.rdb, []string{l.Key}, millis(d), l.Arg).Int64Slice()
 			return got{err == nil && len(v) == 1 && v[0] == 1, err}
 		})
 		var applied []*rlNode
@@ -74,18 +78,18 @@ func (rm *rlMutex) extend(ctx context.Context, spanName string, l *hold, lease t
 		}
 		switch ones := len(applied); {
 		case ones >= r.quorum:
-			return extendApplied, nil
+			return lease.ExtendApplied, nil
 		case ones+fails < r.quorum:
-			// The masters that applied the new lease would keep the key
+			// The masters that applied the new d would keep the key
 			// for it, for a hold that is over: give it back there.
 			var wg sync.WaitGroup
 			for _, n := range applied {
-				wg.Go(func() { _, _ = rm.release(n, l.spec.ID) })
+				wg.Go(func() { _, _ = rm.release(n, l.Spec.ID) })
 			}
 			wg.Wait()
-			return extendGone, nil
+			return lease.ExtendGone, nil
 		}
-		return extendUnknown, m.fail("extend", fmt.Errorf("%w: %w", errNoQuorum, lastErr))
+		return lease.ExtendUnknown, m.fail("extend", fmt.Errorf("%w: %w", errNoQuorum, lastErr))
 	})
 }
 
@@ -169,7 +173,7 @@ func (rm *rlMutex) forceUnlock(ctx context.Context, spanName string) (released b
 	}
 	m.mu.Lock()
 	if l := m.hold; l != nil {
-		rm.abandon(l.spec.ID) // a late grant must not re-take a master
+		rm.abandon(l.Spec.ID) // a late grant must not re-take a master
 	}
 	m.mu.Unlock()
 	ones, fails, lastErr := rm.onEvery(func(cctx context.Context, n *rlNode) (bool, error) {
@@ -177,12 +181,12 @@ func (rm *rlMutex) forceUnlock(ctx context.Context, spanName string) (released b
 		return v == 1, err
 	})
 	if ones > 0 {
-		r.c.waits.wake(rm.keys[2], wire.WakeOne, wakeLocal)
+		r.c.waits.Wake(rm.keys[2], wire.WakeOne, wait.WakeLocal)
 		m.mu.Lock()
 		l := m.hold
 		m.mu.Unlock()
 		if l != nil {
-			r.c.wd.lose(&l.lease, fmt.Errorf("%w: force-unlocked", ErrLost))
+			r.c.wd.Lose(&l.Lease, fmt.Errorf("%w: force-unlocked", ErrLost))
 		}
 	}
 	if ones == 0 && fails > 0 {

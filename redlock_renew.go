@@ -3,12 +3,15 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,12 +42,12 @@ const (
 // masters that no longer had them (a master restarted or flushed), so that
 // the hold keeps as many masters as it can. Lost leases are released on the
 // masters that still had them.
-func (r *Redlock) sendRenewals(ctx context.Context, calls []renewCall, settle func(renewResult)) {
-	var leases []*lease
+func (r *Redlock) sendRenewals(ctx context.Context, calls []lease.RenewCall, settle func(lease.RenewResult)) {
+	var leases []*lease.Lease
 	for _, c := range calls {
-		leases = append(leases, c.leases...)
+		leases = append(leases, c.Leases...)
 	}
-	ttl := leases[0].ttl
+	ttl := leases[0].TTL
 	sent := time.Now()
 	got, answered := fanOut(r, ctx, nodeTimeout(ttl), func(ctx context.Context, n *rlNode) []int8 {
 		return renewOn(ctx, n.rdb, calls, len(leases))
@@ -57,15 +60,15 @@ func (r *Redlock) sendRenewals(ctx context.Context, calls []renewCall, settle fu
 	var wg sync.WaitGroup
 
 	// One script call per call and master, each of its call's size.
-	out := renewResult{sent: sent}
+	out := lease.RenewResult{Sent: sent}
 	for range r.nodes {
 		for _, c := range calls {
-			out.scripts = append(out.scripts, len(c.leases))
+			out.Scripts = append(out.Scripts, len(c.Leases))
 		}
 	}
 	type fix struct {
 		node int
-		l    *lease
+		l    *lease.Lease
 	}
 	var reacquire, release []fix
 	for k, l := range leases {
@@ -78,28 +81,28 @@ func (r *Redlock) sendRenewals(ctx context.Context, calls []renewCall, settle fu
 				fails++
 			}
 		}
-		call := renewCall{leases: []*lease{l}}
-		var reply renewReply
+		call := lease.RenewCall{Leases: []*lease.Lease{l}}
+		var reply lease.RenewReply
 		switch {
 		case ones >= r.quorum:
-			reply.res = []int64{1}
+			reply.Res = []int64{1}
 			for i := range r.nodes {
 				if got[i][k] == rlGone {
 					reacquire = append(reacquire, fix{i, l})
 				}
 			}
 		case ones+fails < r.quorum:
-			reply.res = []int64{0}
+			reply.Res = []int64{0}
 			for i := range r.nodes {
 				if got[i][k] == rlRenewed {
 					release = append(release, fix{i, l})
 				}
 			}
 		default:
-			reply.err = fmt.Errorf("redlock: renewed on %d of %d masters, %d unreachable; a quorum is %d", ones, len(r.nodes), fails, r.quorum)
+			reply.Err = fmt.Errorf("redlock: renewed on %d of %d masters, %d unreachable; a quorum is %d", ones, len(r.nodes), fails, r.quorum)
 		}
-		out.calls = append(out.calls, call)
-		out.replies = append(out.replies, reply)
+		out.Calls = append(out.Calls, call)
+		out.Replies = append(out.Replies, reply)
 	}
 	settle(out)
 
@@ -122,51 +125,51 @@ var rlReacquireHook atomic.Pointer[func()]
 // is checked again, and the key given back if the hold is no longer kept.
 // The release marks the hold before it sends its 'u', so either the release
 // finds the key or this does.
-func (r *Redlock) reacquire(ctx context.Context, node int, l *lease) {
-	h, ok := l.of.(*hold)
-	if !ok || !r.keeping(l) {
+func (r *Redlock) reacquire(ctx context.Context, node int, l *lease.Lease) {
+	h := l.Hold()
+	if h == nil || !r.c.wd.Keeping(l) {
 		return
 	}
 	if hook := rlReacquireHook.Load(); hook != nil {
 		(*hook)()
 	}
-	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.ttl))
+	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.TTL))
 	defer cancel()
-	res, err := r.nodes[node].run(nctx, redlockKeys(l.key), "r", h.kind, l.spec.ID, millis(l.ttl), strconv.FormatUint(h.token, 10), fenceTTL(l.ttl)).Slice()
+	res, err := r.nodes[node].run(nctx, redlockKeys(l.Key), "r", h.Kind, l.Spec.ID, millis(l.TTL), strconv.FormatUint(h.Token, 10), fenceTTL(l.TTL)).Result()
 	if err == nil {
-		if n, _, perr := pair(res); perr != nil || n < 1 {
+		if t, derr := wire.DecodeTry(res); derr == nil && !t.Held {
 			return // refused: the key is someone else's
 		}
 	}
-	if !r.keeping(l) {
+	if !r.c.wd.Keeping(l) {
 		// Granted, or failed in transit (it may have been granted).
 		r.releaseLease(ctx, node, l)
 	}
 }
 
 // releaseLease frees lease l's key on one master, if l holds it there.
-func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease) {
-	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.ttl))
+func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease.Lease) {
+	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.TTL))
 	defer cancel()
-	_ = r.nodes[node].run(nctx, redlockKeys(l.key), "u", telemetry.KindMutex, l.spec.ID, 0, "0", r.c.id).Err()
+	_ = r.nodes[node].run(nctx, redlockKeys(l.Key), "u", telemetry.KindMutex, l.Spec.ID, 0, "0", r.c.id).Err()
 }
 
 // renewOn runs the renewal calls on one master, in one pipeline (a second
 // one, with the script's source, if the master's script cache is empty),
 // and returns what it found for each lease, in order.
-func renewOn(ctx context.Context, rdb redis.UniversalClient, calls []renewCall, leases int) []int8 {
+func renewOn(ctx context.Context, rdb redis.UniversalClient, calls []lease.RenewCall, leases int) []int8 {
 	out := make([]int8, leases)
 	cmds := make([]*redis.Cmd, len(calls))
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, c := range calls {
-			cmds[i] = scripts.Renew.EvalSha(ctx, p, c.keys, c.args...)
+			cmds[i] = scripts.Renew.EvalSha(ctx, p, c.Keys, c.Args...)
 		}
 		return nil
 	})
 	if isNoScript(cmds[0].Err()) {
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, c := range calls {
-				cmds[i] = scripts.Renew.Eval(ctx, p, c.keys, c.args...)
+				cmds[i] = scripts.Renew.Eval(ctx, p, c.Keys, c.Args...)
 			}
 			return nil
 		})
@@ -174,10 +177,10 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, calls []renewCall, 
 	k := 0
 	for i, c := range calls {
 		res, err := cmds[i].Int64Slice()
-		if err == nil && len(res) != len(c.leases) {
-			err = fmt.Errorf("renew: %d results for %d keys", len(res), len(c.leases))
+		if err == nil && len(res) != len(c.Leases) {
+			err = fmt.Errorf("renew: %d results for %d keys", len(res), len(c.Leases))
 		}
-		for j := range c.leases {
+		for j := range c.Leases {
 			switch {
 			case err != nil:
 				out[k] = rlFailed
@@ -190,13 +193,4 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, calls []renewCall, 
 		}
 	}
 	return out
-}
-
-// keeping reports whether l is still held and not being released: only
-// then is it re-acquired on masters that lost it.
-func (r *Redlock) keeping(l *lease) bool {
-	w := r.c.wd
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return l.state == leaseHeld && !l.releasing
 }

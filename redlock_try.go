@@ -8,12 +8,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // rlReply is one master's answer to a try.
@@ -37,9 +39,9 @@ type rlTry struct {
 
 	mu      sync.Mutex
 	decided bool
-	keep    bool      // decided: the try holds, until abandoned
-	held    *hold     // kept: the hold it made
-	replies []rlReply // in arrival order
+	keep    bool        // decided: the try holds, until abandoned
+	held    *lease.Hold // kept: the hold it made
+	replies []rlReply   // in arrival order
 	arrived chan struct{}
 }
 
@@ -82,7 +84,7 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 			// has no use for it. Unlock and ForceUnlock abandon the try
 			// before their scripts go out, so either they find the key or
 			// this gives it back.
-			late := decided && (!keep || held != nil && !r.keeping(&held.lease))
+			late := decided && (!keep || held != nil && !r.c.wd.Keeping(&held.Lease))
 			if late && (rep.granted || rep.err != nil) {
 				t.rm.release(node, t.id)
 			}
@@ -169,7 +171,7 @@ func (t *rlTry) giveBack(ctx context.Context) {
 // release cover every master); given back, every grant, and every reply
 // that failed in transit (it may have been granted), is released. The
 // channel it returns is closed when the give-backs are done.
-func (t *rlTry) decide(keep bool, held *hold) <-chan struct{} {
+func (t *rlTry) decide(keep bool, held *lease.Hold) <-chan struct{} {
 	t.mu.Lock()
 	t.decided, t.keep, t.held = true, keep, held
 	reps := slices.Clone(t.replies)
@@ -182,7 +184,7 @@ func (t *rlTry) decide(keep bool, held *hold) <-chan struct{} {
 	// the Unlock found no live try to abandon, and a master whose release
 	// overtook its try's request has granted it since. The replies in so
 	// far are given back as for a try not kept; later ones are late (run).
-	if keep && held != nil && !r.keeping(&held.lease) {
+	if keep && held != nil && !r.c.wd.Keeping(&held.Lease) {
 		keep = false
 	}
 	done := make(chan struct{})
@@ -336,22 +338,22 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 		return false, 0, false, notObtained(op, m.name, ctx)
 	}
 	// Validity: lease − elapsed − drift, on the monotonic clock.
-	if left := time.Until(leaseDeadline(t.sent, ttl)); left < minValidity(ttl) {
+	if left := time.Until(lease.Deadline(t.sent, ttl)); left < lease.MinValidity(ttl) {
 		t.giveBack(ctx)
 		m.c.cfg.logger.Warn("dlock: redlock grant came too late; given back",
 			"name", m.name, "lease_left", left.String(), "lease", ttl.String())
 		return false, 0, true, nil
 	}
-	l := newHold(ctx, &m.handle, m.key, wire.Spec{Kind: wire.SpecHolder, ID: t.id}, ttl, renew, t.sent)
-	l.token = token
+	l := lease.NewHold(ctx, m.name, m.kind, m.key, wire.Spec{Kind: wire.SpecHolder, ID: t.id}, ttl, renew, t.sent)
+	l.Token = token
 	m.mu.Lock()
 	old := m.hold
 	m.hold = l
 	m.mu.Unlock()
 	if old != nil {
-		m.c.wd.lose(&old.lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
+		m.c.wd.Lose(&old.Lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
 	}
-	if !m.c.wd.add(&l.lease) {
+	if !m.c.wd.Add(&l.Lease) {
 		m.mu.Lock()
 		if m.hold == l {
 			m.hold = nil
@@ -405,7 +407,7 @@ func countErr(reps []rlReply) int {
 // a goroutine that unlocks and locks again at once wins every time, as its
 // try leaves before the woken waiter's.
 func (rm *rlMutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
-	if block && rm.r.c.waits.has(rm.keys[2]) {
+	if block && rm.r.c.waits.Has(rm.keys[2]) {
 		return rm.wait(ctx, op, 0, true)
 	}
 	ok, left, split, err := rm.attempt(ctx, op, block && rm.contended())

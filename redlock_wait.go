@@ -6,11 +6,14 @@ package dlock
 import (
 	"context"
 	"errors"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // wait blocks until a try succeeds, ctx ends or the Redlock closes. It
@@ -20,7 +23,7 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 	m, c := rm.m, rm.r.c
 	channel := rm.keys[2]
 	id := c.waiterID()
-	w, err := c.waits.join(channel, waitAs{id: id})
+	w, err := c.waits.Join(channel, wait.As{ID: id})
 	if err != nil {
 		return false, waitErr(op, m.name, err)
 	}
@@ -28,11 +31,11 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 	// confirmation call: the waiter looks again at once, as a release may
 	// have come between its try and now.
 	subs := rm.subscribe(channel, sync.OnceFunc(func() {
-		c.waits.wake(channel, wire.Wake{IDs: []string{id}}, wakeSubscribed)
+		c.waits.Wake(channel, wire.Wake{IDs: []string{id}}, wait.WakeSubscribed)
 	}))
 	acquired := false
 	defer func() {
-		c.waits.leave(w, acquired)
+		c.waits.Leave(w, acquired)
 		subs.release()
 	}()
 	attempts := 1
@@ -40,20 +43,20 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 	defer timer.Stop()
 	for {
 		select {
-		case why := <-w.wake:
-			if why == wakeClosed {
+		case why := <-w.C():
+			if why == wait.WakeClosed {
 				return false, closedErr(op, m.name)
 			}
-			if why == wakeRetime {
+			if why == wait.WakeRetime {
 				continue
 			}
-			telemetry.WokeUp(ctx, wakeReasonNames[why], attempts+1)
+			telemetry.WokeUp(ctx, why.String(), attempts+1)
 		case <-timer.C:
 			telemetry.WokeUp(ctx, "timer", attempts+1)
 		case <-ctx.Done():
 			return false, notObtained(op, m.name, ctx)
 		}
-		c.waits.attempt(w)
+		c.waits.Attempt(w)
 		attempts++
 		ok, left, split, err := rm.attempt(ctx, op, rm.contended())
 		if err != nil && !errors.Is(err, errNoQuorum) {
@@ -85,7 +88,7 @@ func (rm *rlMutex) after(left time.Duration, split bool, attempts int) time.Dura
 		ceiling := min(time.Duration(attempts)*5*time.Millisecond, max(ttl/20, 5*time.Millisecond), 200*time.Millisecond)
 		return time.Millisecond + rand.N(ceiling)
 	}
-	return rm.r.c.retryAfter(left)
+	return rm.r.c.loop.RetryAfter(left)
 }
 
 // rlSubs is a waiter's subscriptions to a channel on every master; they are
@@ -102,7 +105,7 @@ func (rm *rlMutex) subscribe(channel string, confirmed func()) *rlSubs {
 	s := &rlSubs{channel: channel}
 	for _, n := range rm.r.nodes {
 		rm.r.goCall(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), subscribeTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), wait.SubscribeTimeout)
 			ok, err := n.hub.Acquire(ctx, channel)
 			cancel()
 			if err != nil {

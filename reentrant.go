@@ -2,10 +2,14 @@ package dlock
 
 import (
 	"context"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"strings"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // ReentrantMutex is a distributed lock that its owner may take again while
@@ -93,7 +97,7 @@ func (r *ReentrantMutex) acquire(ctx context.Context, op string, block bool) (bo
 	if err != nil {
 		return false, err
 	}
-	return r.newAcquisition(ctx, k, op, block, waitAs{owner: k.owner}).run()
+	return r.newAcquisition(ctx, k, op, block, wait.As{Owner: k.owner}).run()
 }
 
 // reentrantOps are the scripts of a ReentrantMutex: the exclusive lock's,
@@ -175,7 +179,7 @@ func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (released bool, err er
 func (c *Client) loseAll(key string, cause error) {
 	prefix := key + "\x00"
 	c.holdsMu.Lock()
-	var mine []*hold
+	var mine []*lease.Hold
 	for hk, l := range c.holds {
 		if strings.HasPrefix(hk, prefix) {
 			mine = append(mine, l)
@@ -183,7 +187,7 @@ func (c *Client) loseAll(key string, cause error) {
 	}
 	c.holdsMu.Unlock()
 	for _, l := range mine {
-		c.wd.lose(&l.lease, cause)
+		c.wd.Lose(&l.Lease, cause)
 	}
 }
 
@@ -203,7 +207,7 @@ func (r *ReentrantMutex) Extend(ctx context.Context, lease time.Duration) error 
 // Mutex.Token).
 func (r *ReentrantMutex) Token(ctx context.Context) uint64 {
 	if l := r.holdOf(ctx); l != nil {
-		return l.token
+		return l.Token
 	}
 	return 0
 }
@@ -212,7 +216,7 @@ func (r *ReentrantMutex) Token(ctx context.Context) uint64 {
 // lost (see Mutex.Lost), or nil when that owner holds nothing through this
 // Client.
 func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
-	return r.c.wd.lostOf(r.holdOf(ctx))
+	return r.c.wd.LostOf(r.holdOf(ctx))
 }
 
 // HoldContext returns a copy of ctx that is cancelled when the hold of the
@@ -220,10 +224,10 @@ func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
 // context.Cause reports an error matching ErrLost. Without a hold it is
 // already cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
 func (r *ReentrantMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return r.c.wd.holdContext(ctx, r.holdOf(ctx))
+	return r.c.wd.HoldContext(ctx, r.holdOf(ctx))
 }
 
-func (r *ReentrantMutex) holdOf(ctx context.Context) *hold {
+func (r *ReentrantMutex) holdOf(ctx context.Context) *lease.Hold {
 	k, err := r.hold(ctx)
 	if err != nil {
 		return nil

@@ -1,6 +1,10 @@
 package dlock
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/dlock-go/dlock/internal/lease"
+)
 
 // The release lifecycle, shared by every call that gives a hold up (Unlock,
 // RUnlock, Release): the primitive marks its hold as being released (so that
@@ -10,9 +14,9 @@ import "fmt"
 // primitive's own rule.
 
 // beginRelease marks l as being released; nil (nothing tracked) is allowed.
-func (h *handle) beginRelease(l *hold) {
+func (h *handle) beginRelease(l *lease.Hold) {
 	if l != nil {
-		h.c.wd.beginRelease(&l.lease)
+		h.c.wd.BeginRelease(&l.Lease)
 	}
 }
 
@@ -20,31 +24,31 @@ func (h *handle) beginRelease(l *hold) {
 // when this Client tracks none): err when the script failed to run, else
 // remaining, the holds the owner has left (0: released; -1: it held none;
 // more: a counted hold that goes on).
-func (h *handle) settleRelease(op string, l *hold, remaining int64, err error) error {
+func (h *handle) settleRelease(op string, l *lease.Hold, remaining int64, err error) error {
 	w := h.c.wd
 	switch {
 	case err != nil:
 		if l != nil {
-			w.abortRelease(&l.lease, true) // renewals stop: the hold ends by its lease
+			w.AbortRelease(&l.Lease, true) // renewals stop: the hold ends by its lease
 		}
 		return err
 	case remaining > 0:
 		if l == nil {
 			return nil
 		}
-		w.abortRelease(&l.lease, false) // still held: renewals go on
-		l.count = remaining
-		if cause := w.lostCause(l); cause != nil {
+		w.AbortRelease(&l.Lease, false) // still held: renewals go on
+		l.Count = remaining
+		if cause := w.LostCause(l); cause != nil {
 			return opErr(op, h.name, "", cause)
 		}
 		return nil
 	case remaining < 0 && l == nil:
 		return opErr(op, h.name, "", ErrNotHeld)
 	case remaining < 0:
-		w.lose(&l.lease, fmt.Errorf("%w: hold gone at %s", ErrLost, op))
+		w.Lose(&l.Lease, fmt.Errorf("%w: hold gone at %s", ErrLost, op))
 		return opErr(op, h.name, "", ErrLost, ErrNotHeld)
 	case l != nil:
-		if cause := w.released(&l.lease); cause != nil {
+		if cause := w.Released(&l.Lease); cause != nil {
 			return opErr(op, h.name, "", cause)
 		}
 	}

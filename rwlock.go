@@ -2,9 +2,13 @@ package dlock
 
 import (
 	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -86,7 +90,7 @@ func (rw *RWMutex) acquire(ctx context.Context, write bool, op string, block boo
 	if write {
 		kind = wire.KindWriter
 	}
-	return k.h.newAcquisition(ctx, k, op, block, waitAs{kind: kind, owner: k.owner}).run()
+	return k.h.newAcquisition(ctx, k, op, block, wait.As{Kind: kind, Owner: k.owner}).run()
 }
 
 // release drops one hold of a side of the lock.
@@ -186,26 +190,26 @@ func (rw *RWMutex) reader() *handle {
 // Lost returns a channel that is closed if the write hold of the owner in
 // ctx is lost, or nil when that owner does not write through this Client.
 func (rw *RWMutex) Lost(ctx context.Context) <-chan struct{} {
-	return rw.c.wd.lostOf(rw.holdOf(ctx, true))
+	return rw.c.wd.LostOf(rw.holdOf(ctx, true))
 }
 
 // RLost is Lost for the owner's read hold.
 func (rw *RWMutex) RLost(ctx context.Context) <-chan struct{} {
-	return rw.c.wd.lostOf(rw.holdOf(ctx, false))
+	return rw.c.wd.LostOf(rw.holdOf(ctx, false))
 }
 
 // HoldContext returns a copy of ctx cancelled when the write hold of the
 // owner in ctx ends (see Mutex.HoldContext).
 func (rw *RWMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.c.wd.holdContext(ctx, rw.holdOf(ctx, true))
+	return rw.c.wd.HoldContext(ctx, rw.holdOf(ctx, true))
 }
 
 // RHoldContext is HoldContext for the owner's read hold.
 func (rw *RWMutex) RHoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.c.wd.holdContext(ctx, rw.holdOf(ctx, false))
+	return rw.c.wd.HoldContext(ctx, rw.holdOf(ctx, false))
 }
 
-func (rw *RWMutex) holdOf(ctx context.Context, write bool) *hold {
+func (rw *RWMutex) holdOf(ctx context.Context, write bool) *lease.Hold {
 	k, err := rw.side(ctx, write)
 	if err != nil {
 		return nil
@@ -243,7 +247,7 @@ func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
 // token stays the same through its re-entries; read holds have none.
 func (rw *RWMutex) Token(ctx context.Context) uint64 {
 	if l := rw.holdOf(ctx, true); l != nil {
-		return l.token
+		return l.Token
 	}
 	return 0
 }

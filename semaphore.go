@@ -5,11 +5,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"runtime"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wait"
+
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
@@ -208,7 +211,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 		return &Permit{s: s, done: true}, false, nil
 	}
 	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text(), n: n}
-	if _, err := s.newAcquisition(ctx, t, op, block, waitAs{id: t.id}).run(); err != nil {
+	if _, err := s.newAcquisition(ctx, t, op, block, wait.As{ID: t.id}).run(); err != nil {
 		if t.unset && errors.Is(err, ErrNotObtained) && ctx.Err() != nil {
 			err = opErr(op, s.name, unsetHint, ErrNotObtained, ctx.Err())
 		}
@@ -251,7 +254,7 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 		return nil, err
 	}
 	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text()}
-	a := s.newAcquisition(ctx, t, "drain", false, waitAs{id: t.id})
+	a := s.newAcquisition(ctx, t, "drain", false, wait.As{ID: t.id})
 	a.sent = time.Now()
 	res, err := s.c.script(a.tryCtx(), scripts.SemDrain, s.keys, t.id, millis(a.ttl), s.c.id).Slice()
 	var r wire.Try
@@ -291,7 +294,7 @@ func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
 	if err != nil {
 		return false, s.fail("delete", err)
 	}
-	s.c.waits.wake(s.channel, wire.WakeAll, wakeLocal)
+	s.c.waits.Wake(s.channel, wire.WakeAll, wait.WakeLocal)
 	return n == 1, nil
 }
 
@@ -339,7 +342,7 @@ func (t *semTry) keep(a *acquisition, token uint64) error {
 	s := t.s
 	telemetry.Annotate(a.ctx, telemetry.AttrPermits.Int(t.n), telemetry.AttrToken.Int64(int64(token)))
 	l := a.newHold(s.keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
-	l.extra, l.token = []string{s.keys[0], s.keys[2]}, token
+	l.Extra, l.Token = []string{s.keys[0], s.keys[2]}, token
 	t.p = &Permit{s: s, id: t.id, n: t.n, l: l}
 	return a.watch(l)
 }

@@ -3,11 +3,12 @@ package dlock
 import (
 	"context"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 	"sort"
 	"strconv"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )

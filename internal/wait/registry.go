@@ -1,35 +1,37 @@
-package dlock
+package wait
 
 import (
-	"github.com/dlock-go/dlock/internal/wire"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // The local side of waiting: each Client's registry of its waiting callers,
 // one FIFO queue per channel, and the wake-ups that the wait protocol (see
 // wait.go) and the release messages deliver to them.
 
-type waitQueue struct{ head, tail *waiter }
+type queue struct{ head, tail *Waiter }
 
 // waitRegistry holds the local waiters of every channel, in arrival order.
-type waitRegistry struct {
+type Registry struct {
 	mu     sync.Mutex
-	queues map[string]*waitQueue
-	byID   map[string]*waiter
+	queues map[string]*queue
+	byID   map[string]*Waiter
 	count  atomic.Int64 // waiters; written under mu, read without it on hot paths
 	closed bool
 }
 
-func (r *waitRegistry) init() {
-	r.queues = make(map[string]*waitQueue)
-	r.byID = make(map[string]*waiter)
+func (r *Registry) init() {
+	r.queues = make(map[string]*queue)
+	r.byID = make(map[string]*Waiter)
 }
 
 // has reports whether channel has local waiters.
-func (r *waitRegistry) has(channel string) bool {
+func (r *Registry) Has(channel string) bool {
 	if r.count.Load() == 0 { // the uncontended path takes no lock
 		return false
 	}
@@ -39,19 +41,19 @@ func (r *waitRegistry) has(channel string) bool {
 }
 
 // join appends a waiter to channel's queue.
-func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, err error) {
-	w = &waiter{wake: make(chan wakeReason, 1), channel: channel, kind: as.kind, id: as.id, owner: as.owner, cohort: as.cohort, place: as.place, local: as.local}
+func (r *Registry) Join(channel string, as As) (w *Waiter, err error) {
+	w = &Waiter{wake: make(chan Reason, 1), channel: channel, kind: as.Kind, id: as.ID, owner: as.Owner, cohort: as.Cohort, place: as.Place, local: as.Local}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
-		return nil, ErrClosed
+		return nil, errs.ErrClosed
 	}
 	if w.id != "" {
 		r.byID[w.id] = w
 	}
 	q := r.queues[channel]
 	if q == nil {
-		q = &waitQueue{}
+		q = &queue{}
 		r.queues[channel] = q
 	}
 	if q.tail == nil {
@@ -66,7 +68,7 @@ func (r *waitRegistry) join(channel string, as waitAs) (w *waiter, err error) {
 
 // leave removes w. A waiter that leaves without acquiring while a wake-up is
 // pending hands the wake-up to the next waiter.
-func (r *waitRegistry) leave(w *waiter, acquired bool) {
+func (r *Registry) Leave(w *Waiter, acquired bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w.left = true
@@ -90,13 +92,13 @@ func (r *waitRegistry) leave(w *waiter, acquired bool) {
 		return
 	}
 	if w.woken && !acquired {
-		r.wakeLocked(q, wire.Wake{N: 1, Kind: w.kind}, wakeLocal)
+		r.wakeLocked(q, wire.Wake{N: 1, Kind: w.kind}, WakeLocal)
 	}
 }
 
 // handedToken returns the fencing token of the latest hand-over w was woken
 // for.
-func (r *waitRegistry) handedToken(w *waiter) uint64 {
+func (r *Registry) HandedToken(w *Waiter) uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return w.fence
@@ -105,7 +107,7 @@ func (r *waitRegistry) handedToken(w *waiter) uint64 {
 // attempt marks w as acting on its wake-ups: any pending one is consumed.
 // It reports true, consuming nothing, when a local handoff has given w a
 // hold: w must then take it, and not try in Redis.
-func (r *waitRegistry) attempt(w *waiter) (granted bool) {
+func (r *Registry) Attempt(w *Waiter) (granted bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w.grant != nil {
@@ -115,7 +117,7 @@ func (r *waitRegistry) attempt(w *waiter) (granted bool) {
 	w.woken = false
 	select {
 	case why := <-w.wake:
-		if why == wakeClosed {
+		if why == WakeClosed {
 			w.wake <- why // closing stays for the wait to see
 		}
 	default:
@@ -126,7 +128,7 @@ func (r *waitRegistry) attempt(w *waiter) (granted bool) {
 // wake wakes the waiters of channel that spec names and returns how many it
 // signalled. Counted wake-ups skip waiters that already have one pending,
 // oldest first; spec.N <= 0 wakes all waiters of the kind.
-func (r *waitRegistry) wake(channel string, spec wire.Wake, why wakeReason) int {
+func (r *Registry) Wake(channel string, spec wire.Wake, why Reason) int {
 	if r.count.Load() == 0 { // an uncontended release takes no lock
 		return 0
 	}
@@ -134,7 +136,7 @@ func (r *waitRegistry) wake(channel string, spec wire.Wake, why wakeReason) int 
 	defer r.mu.Unlock()
 	if len(spec.IDs) > 0 {
 		if spec.Kind == wire.KindHanded {
-			why = wakeHanded
+			why = WakeHanded
 		}
 		woke := 0
 		for _, id := range spec.IDs {
@@ -146,16 +148,16 @@ func (r *waitRegistry) wake(channel string, spec wire.Wake, why wakeReason) int 
 			}
 			// A lock handed to an owner wakes the owner's waiters, which
 			// claim it or re-enter.
-			if q := r.queues[channel]; q != nil && why == wakeHanded {
+			if q := r.queues[channel]; q != nil && why == WakeHanded {
 				for w := q.head; w != nil; w = w.next {
 					if w.owner == id {
-						w.signal(wakeLocal)
+						w.signal(WakeLocal)
 						woke++
 					}
 				}
 			}
 		}
-		if why == wakeHanded && spec.TTL > 0 {
+		if why == WakeHanded && spec.TTL > 0 {
 			r.retimeOthers(channel, spec)
 		}
 		return woke
@@ -170,7 +172,7 @@ func (r *waitRegistry) wake(channel string, spec wire.Wake, why wakeReason) int 
 // that the new hold ends, at the latest, spec.TTL from now: their fallback
 // timers were set for the previous holder's lease, and the new holder may be
 // a waiter that died.
-func (r *waitRegistry) retimeOthers(channel string, spec wire.Wake) {
+func (r *Registry) retimeOthers(channel string, spec wire.Wake) {
 	q := r.queues[channel]
 	if q == nil {
 		return
@@ -180,7 +182,7 @@ func (r *waitRegistry) retimeOthers(channel string, spec wire.Wake) {
 		if !w.woken && !slices.Contains(spec.IDs, w.id) && !slices.Contains(spec.IDs, w.owner) {
 			w.retimeAt = at
 			select {
-			case w.wake <- wakeRetime:
+			case w.wake <- WakeRetime:
 			default:
 			}
 		}
@@ -188,14 +190,14 @@ func (r *waitRegistry) retimeOthers(channel string, spec wire.Wake) {
 }
 
 // retimed returns when the hold a waiter was told of ends.
-func (r *waitRegistry) retimed(w *waiter) time.Time {
+func (r *Registry) Retimed(w *Waiter) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return w.retimeAt
 }
 
 // hasOwner reports whether channel has a local waiter acquiring for owner.
-func (r *waitRegistry) hasOwner(channel, owner string) bool {
+func (r *Registry) HasOwner(channel, owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if q := r.queues[channel]; q != nil {
@@ -210,25 +212,25 @@ func (r *waitRegistry) hasOwner(channel, owner string) bool {
 
 // wakeOwner wakes the waiters of channel that acquire for owner: once the
 // owner holds the lock, they can re-enter at once.
-func (r *waitRegistry) wakeOwner(channel, owner string) {
+func (r *Registry) WakeOwner(channel, owner string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if q := r.queues[channel]; q != nil {
 		for w := q.head; w != nil; w = w.next {
 			if w.owner == owner {
-				w.signal(wakeLocal)
+				w.signal(WakeLocal)
 			}
 		}
 	}
 }
 
-func (r *waitRegistry) wakeLocked(q *waitQueue, spec wire.Wake, why wakeReason) int {
+func (r *Registry) wakeLocked(q *queue, spec wire.Wake, why Reason) int {
 	woke := 0
 	for w := q.head; w != nil && (spec.N <= 0 || woke < spec.N); w = w.next {
 		// Observers take only their own notices, and the subscription's
 		// confirmations: a notice may have been missed before them.
 		if spec.Kind != wire.KindAny && w.kind != spec.Kind || w.woken && spec.N > 0 ||
-			w.kind == wire.KindObserver && spec.Kind != wire.KindObserver && why != wakeSubscribed {
+			w.kind == wire.KindObserver && spec.Kind != wire.KindObserver && why != WakeSubscribed {
 			continue
 		}
 		w.signal(why)
@@ -240,19 +242,19 @@ func (r *waitRegistry) wakeLocked(q *waitQueue, spec wire.Wake, why wakeReason) 
 // signal marks w woken and delivers why unless a wake-up is already pending;
 // wakeHanded replaces a pending one other than wakeClosed, since it tells
 // more. Called with waitRegistry.mu held.
-func (w *waiter) signal(why wakeReason) {
+func (w *Waiter) signal(why Reason) {
 	w.woken = true
 	select {
 	case old := <-w.wake:
-		if old != wakeRetime {
+		if old != WakeRetime {
 			w.wake <- old // a real wake-up stays; wakeRetime gives way
 		}
 	default:
 	}
-	if why == wakeHanded || why == wakeCohort {
+	if why == WakeHanded || why == WakeCohort {
 		select {
 		case old := <-w.wake:
-			if old == wakeClosed { // closing wins over everything
+			if old == WakeClosed { // closing wins over everything
 				w.wake <- old
 				return
 			}
@@ -265,7 +267,7 @@ func (w *waiter) signal(why wakeReason) {
 	}
 }
 
-func (r *waitRegistry) close() {
+func (r *Registry) Close() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closed = true
@@ -276,7 +278,35 @@ func (r *waitRegistry) close() {
 			case <-w.wake: // replace whatever is pending: closing wins
 			default:
 			}
-			w.wake <- wakeClosed
+			w.wake <- WakeClosed
 		}
 	}
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry {
+	r := &Registry{}
+	r.init()
+	return r
+}
+
+// C is where w's wake-ups arrive.
+func (w *Waiter) C() <-chan Reason { return w.wake }
+
+// Cohort is the cohorting Mutex w waits on, or nil.
+func (w *Waiter) Cohort() Cohort { return w.cohort }
+
+// Place is w's place in the queue in Redis, for its cohort.
+func (w *Waiter) Place() string { return w.place }
+
+// Local reports whether w waits for a local handoff only. Call it only from
+// PickCohort's give, under the registry's lock.
+func (w *Waiter) Local() bool { return w.local }
+
+// String names a wake-up in the dlock.wake events of spans.
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
 }

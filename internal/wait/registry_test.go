@@ -1,14 +1,16 @@
-package dlock
+package wait
 
 import (
-	"github.com/dlock-go/dlock/internal/wire"
 	"testing"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func pending(w *waiter) (wakeReason, bool) {
+func pending(w *Waiter) (Reason, bool) {
 	select {
 	case r := <-w.wake:
 		return r, true
@@ -18,91 +20,91 @@ func pending(w *waiter) (wakeReason, bool) {
 }
 
 func TestWaitRegistry_OneReleaseWakesOldestWaiterOnly(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	w1, err := r.join("ch", waitAs{})
+	w1, err := r.Join("ch", As{})
 	require.NoError(t, err)
-	w2, err := r.join("ch", waitAs{})
+	w2, err := r.Join("ch", As{})
 	require.NoError(t, err)
 
-	r.wake("ch", wire.WakeOne, wakeRelease)
+	r.Wake("ch", wire.WakeOne, WakeRelease)
 	got, ok := pending(w1)
 	assert.True(t, ok)
-	assert.Equal(t, wakeRelease, got)
+	assert.Equal(t, WakeRelease, got)
 	_, ok = pending(w2)
 	assert.False(t, ok, "one release wakes one waiter")
 
 	// A second release while w1 has not acted yet goes to the next waiter.
-	r.wake("ch", wire.WakeOne, wakeRelease)
+	r.Wake("ch", wire.WakeOne, WakeRelease)
 	_, ok = pending(w2)
 	assert.True(t, ok)
 }
 
 func TestWaitRegistry_WokenWaiterLeavingWithoutLock_PassesWakeOn(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	w1, _ := r.join("ch", waitAs{})
-	w2, _ := r.join("ch", waitAs{})
-	r.wake("ch", wire.WakeOne, wakeRelease)
-	r.leave(w1, false) // cancelled before retrying
+	w1, _ := r.Join("ch", As{})
+	w2, _ := r.Join("ch", As{})
+	r.Wake("ch", wire.WakeOne, WakeRelease)
+	r.Leave(w1, false) // cancelled before retrying
 	_, ok := pending(w2)
 	assert.True(t, ok, "the wake-up must not be swallowed")
 
-	w3, _ := r.join("ch", waitAs{})
-	r.attempt(w2)
-	r.leave(w2, true) // acquired: the wake-up was used
+	w3, _ := r.Join("ch", As{})
+	r.Attempt(w2)
+	r.Leave(w2, true) // acquired: the wake-up was used
 	_, ok = pending(w3)
 	assert.False(t, ok)
-	r.leave(w3, false)
+	r.Leave(w3, false)
 	assert.Zero(t, r.count.Load())
 	assert.Empty(t, r.queues, "an empty queue is removed")
 }
 
 func TestWaitRegistry_SubscriptionConfirmedWakesEveryone(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	ws := make([]*waiter, 5)
+	ws := make([]*Waiter, 5)
 	for i := range ws {
-		ws[i], _ = r.join("ch", waitAs{})
+		ws[i], _ = r.Join("ch", As{})
 	}
-	other, _ := r.join("other", waitAs{})
-	r.wake("ch", wire.Wake{}, wakeSubscribed)
+	other, _ := r.Join("other", As{})
+	r.Wake("ch", wire.Wake{}, WakeSubscribed)
 	for _, w := range ws {
 		got, ok := pending(w)
 		assert.True(t, ok)
-		assert.Equal(t, wakeSubscribed, got)
+		assert.Equal(t, WakeSubscribed, got)
 	}
 	_, ok := pending(other)
 	assert.False(t, ok)
-	r.close()
+	r.Close()
 	got, _ := pending(other)
-	assert.Equal(t, wakeClosed, got)
-	_, err := r.join("ch", waitAs{})
-	assert.ErrorIs(t, err, ErrClosed)
+	assert.Equal(t, WakeClosed, got)
+	_, err := r.Join("ch", As{})
+	assert.ErrorIs(t, err, errs.ErrClosed)
 }
 
 func TestWaitRegistry_KindAndIDWakeOnlyThoseNamed(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	w1, _ := r.join("ch", waitAs{kind: wire.KindWriter})
-	r1, _ := r.join("ch", waitAs{kind: wire.KindReader})
-	r2, _ := r.join("ch", waitAs{kind: wire.KindReader})
-	r.wake("ch", wire.Wake{Kind: wire.KindReader}, wakeRelease)
+	w1, _ := r.Join("ch", As{Kind: wire.KindWriter})
+	r1, _ := r.Join("ch", As{Kind: wire.KindReader})
+	r2, _ := r.Join("ch", As{Kind: wire.KindReader})
+	r.Wake("ch", wire.Wake{Kind: wire.KindReader}, WakeRelease)
 	_, ok := pending(w1)
 	assert.False(t, ok, "a reader wake-up skips writers")
 	_, ok1 := pending(r1)
 	_, ok2 := pending(r2)
 	assert.True(t, ok1 && ok2, "all readers woken")
 
-	s1, _ := r.join("ch", waitAs{id: "S1"})
-	s2, _ := r.join("ch", waitAs{id: "S2"})
-	r.wake("ch", wire.Wake{IDs: []string{"S2", "unknown"}}, wakeRelease)
+	s1, _ := r.Join("ch", As{ID: "S1"})
+	s2, _ := r.Join("ch", As{ID: "S2"})
+	r.Wake("ch", wire.Wake{IDs: []string{"S2", "unknown"}}, WakeRelease)
 	_, ok = pending(s1)
 	assert.False(t, ok)
 	_, ok = pending(s2)
 	assert.True(t, ok)
-	for _, w := range []*waiter{w1, r1, r2, s1, s2} {
-		r.leave(w, true)
+	for _, w := range []*Waiter{w1, r1, r2, s1, s2} {
+		r.Leave(w, true)
 	}
 	assert.Empty(t, r.byID)
 }
@@ -120,25 +122,25 @@ func TestSlot_MatchesRedisClusterHashTags(t *testing.T) {
 // Review finding: a hand-over arriving just as the Client closes replaced the
 // pending wakeClosed, so Lock could succeed while Close was under way.
 func TestWaitRegistry_HandedNeverReplacesClosed(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	w, err := r.join("ch", waitAs{id: "T1"})
+	w, err := r.Join("ch", As{ID: "T1"})
 	require.NoError(t, err)
-	r.close()
-	r.wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"T1"}}, wakeRelease)
+	r.Close()
+	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"T1"}}, WakeRelease)
 	got, ok := pending(w)
 	assert.True(t, ok)
-	assert.Equal(t, wakeClosed, got)
+	assert.Equal(t, WakeClosed, got)
 }
 
 func TestWaitRegistry_HandedReplacesAnOrdinaryWakeUp(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	w, err := r.join("ch", waitAs{id: "T1"})
+	w, err := r.Join("ch", As{ID: "T1"})
 	require.NoError(t, err)
-	r.wake("ch", wire.WakeOne, wakeSubscribed)
-	r.wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"T1"}}, wakeRelease)
+	r.Wake("ch", wire.WakeOne, WakeSubscribed)
+	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"T1"}}, WakeRelease)
 	got, ok := pending(w)
 	assert.True(t, ok)
-	assert.Equal(t, wakeHanded, got, "the waiter learns it holds the lock, not merely to look again")
+	assert.Equal(t, WakeHanded, got, "the waiter learns it holds the lock, not merely to look again")
 }

@@ -1,14 +1,17 @@
-package dlock
+package lease
 
 import (
 	"container/heap"
 	"context"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/telemetry"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // The watchdog keeps a Client's leases (holds and waiting marks) and tells
@@ -30,7 +33,7 @@ import (
 //
 // A lease's deadline is a fact of the monotonic clock: the send time of the
 // request that last acquired or renewed it, plus the lease, less the drift
-// margin (see leaseDeadline). Whatever is in flight, the clock ends the lease
+// margin (see Deadline). Whatever is in flight, the clock ends the lease
 // then. A renewal request may take as long as the leases it carries have
 // left; its reply only ever moves a deadline forward.
 //
@@ -39,21 +42,21 @@ import (
 // holds the watchdog's state and what callers ask of it; the clock and the
 // reporter are in clock.go, the renewer in renewer.go, and how renewals
 // reach Redis in renewals.go.
-type watchdog struct {
+type Watchdog struct {
 	timeout time.Duration // the lease of renewable holds and marks
 	tick    time.Duration // the renewal schedule's resolution; guarded by mu (see fitTick)
 	basis   time.Duration // the shortest lease scheduled yet, which tick is fine enough for; guarded by mu
 	horizon time.Duration // a round takes no lease due later than this: a quarter of the longest period
 	epoch   time.Time
-	send    renewSender
+	send    Sender
 	cluster bool // batch per hash slot
 	tel     *telemetry.Telemetry
 	log     *slog.Logger
-	outage  *outage // logs an outage once, not every renewal that meets it
+	outage  *Outage // logs an outage once, not every renewal that meets it
 
 	mu        sync.Mutex
 	deadlines leaseHeap          // every lease, earliest deadline first
-	due       map[int64][]*lease // renewable leases by the tick of their next renewal
+	due       map[int64][]*Lease // renewable leases by the tick of their next renewal
 	closed    bool               // no lease may be added: nothing would renew or report it
 	ended     []ending           // ends to report once mu is released
 
@@ -78,34 +81,40 @@ type watchdog struct {
 // ending is an end of a lease to report once the watchdog's mutex is
 // released.
 type ending struct {
-	l     *lease
+	l     *Lease
 	state leaseState
 	cause error
 }
 
-// leaseDeadline is when a lease of ttl, asked for or renewed by a request
+// MarkLease is the lease of a waiting caller's place in a queue for holds
+// of a lease of timeout: a third of it, renewed three times as often.
+func MarkLease(timeout time.Duration) time.Duration {
+	return time.Duration(wire.Millis(timeout/3)) * time.Millisecond
+}
+
+// Deadline is when a lease of ttl, asked for or renewed by a request
 // sent at sent, may have run out on the server: sent + ttl, less a margin of
 // 1% of ttl for drift between the client's and the server's clocks, and
 // 2 ms for the server's millisecond rounding of expiry times.
-func leaseDeadline(sent time.Time, ttl time.Duration) time.Time {
-	return sent.Add(ttl - driftMargin(ttl))
+func Deadline(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - DriftMargin(ttl))
 }
 
-func driftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+func DriftMargin(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-// minValidity is the least a grant must have left of its lease to be
+// MinValidity is the least a grant must have left of its lease to be
 // returned as a hold: one renewal period, a third of the lease. A grant
 // that arrives later than that (a cold connection over a slow network, a
 // stalled server) is given back: its holder could barely use it, and its
 // first renewal would already be late.
-func minValidity(ttl time.Duration) time.Duration { return ttl / 3 }
+func MinValidity(ttl time.Duration) time.Duration { return ttl / 3 }
 
-func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *telemetry.Telemetry, outage *outage) *watchdog {
-	log := outage.log
-	w := &watchdog{
+func NewWatchdog(timeout time.Duration, send Sender, cluster bool, tel *telemetry.Telemetry, outage *Outage) *Watchdog {
+	log := outage.Log
+	w := &Watchdog{
 		timeout:      timeout,
-		tick:         max(markLease(timeout)/12, time.Millisecond),
-		basis:        markLease(timeout),
+		tick:         max(MarkLease(timeout)/12, time.Millisecond),
+		basis:        MarkLease(timeout),
 		horizon:      timeout / 12,
 		epoch:        time.Now(),
 		send:         send,
@@ -113,7 +122,7 @@ func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *tel
 		tel:          tel,
 		log:          log,
 		outage:       outage,
-		due:          make(map[int64][]*lease),
+		due:          make(map[int64][]*Lease),
 		clockKick:    make(chan struct{}, 1),
 		renewKick:    make(chan struct{}, 1),
 		stop:         make(chan struct{}),
@@ -134,32 +143,32 @@ func newWatchdog(timeout time.Duration, send renewSender, cluster bool, tel *tel
 }
 
 // mono returns t on the watchdog's clock.
-func (w *watchdog) mono(t time.Time) int64 { return int64(t.Sub(w.epoch)) }
+func (w *Watchdog) mono(t time.Time) int64 { return int64(t.Sub(w.epoch)) }
 
 // wall returns the watchdog's time m as a time.Time.
-func (w *watchdog) wall(m int64) time.Time { return w.epoch.Add(time.Duration(m)) }
+func (w *Watchdog) wall(m int64) time.Time { return w.epoch.Add(time.Duration(m)) }
 
 // tickOf is the tick of the renewal schedule at or before m.
-func (w *watchdog) tickOf(m int64) int64 { return m / int64(w.tick) }
+func (w *Watchdog) tickOf(m int64) int64 { return m / int64(w.tick) }
 
 // add starts keeping a lease whose deadline is set. It returns false after
 // close: the caller must give the hold back.
-func (w *watchdog) add(l *lease) bool {
+func (w *Watchdog) Add(l *Lease) bool {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		return false
 	}
-	l.sent = w.mono(l.start)
-	l.deadline = w.mono(leaseDeadline(l.start, l.granted()))
+	l.sent = w.mono(l.Start)
+	l.deadline = w.mono(Deadline(l.Start, l.granted()))
 	first := w.deadlines.Len() == 0 || l.deadline < w.deadlines[0].deadline
 	heap.Push(&w.deadlines, l)
 	if l.renew {
 		w.schedule(l, l.sent+int64(l.granted()/3))
 	}
 	w.mu.Unlock()
-	if h, ok := l.of.(*hold); ok {
-		w.tel.HoldStarted(h.kind, h.name)
+	if h, ok := l.of.(*Hold); ok {
+		w.tel.HoldStarted(h.Kind, h.Name)
 	}
 	if first {
 		kick(w.clockKick)
@@ -177,7 +186,7 @@ func kick(ch chan struct{}) {
 // beginRelease marks l as being released, so that a renewal racing the
 // release script does not report the hold lost. Its deadline still holds:
 // see expire.
-func (w *watchdog) beginRelease(l *lease) {
+func (w *Watchdog) BeginRelease(l *Lease) {
 	w.mu.Lock()
 	l.releasing = true
 	w.mu.Unlock()
@@ -188,7 +197,7 @@ func (w *watchdog) beginRelease(l *lease) {
 // meant to give it up must not keep it alive by accident. A lease that is
 // still held (a counted hold with holds left) goes on as before. After close,
 // nothing keeps the lease any more: it ends as Close ends every hold.
-func (w *watchdog) abortRelease(l *lease, failed bool) {
+func (w *Watchdog) AbortRelease(l *Lease, failed bool) {
 	w.mu.Lock()
 	defer w.unlock()
 	l.releasing = false
@@ -202,7 +211,7 @@ func (w *watchdog) abortRelease(l *lease, failed bool) {
 		if failed && l.renew {
 			l.renew = false
 			w.log.Warn("dlock: release failed; the hold is no longer renewed and ends by its lease",
-				"key", l.key, "lease_left", time.Duration(l.deadline-w.mono(time.Now())).String())
+				"key", l.Key, "lease_left", time.Duration(l.deadline-w.mono(time.Now())).String())
 		}
 		if l.idx < 0 {
 			heap.Push(&w.deadlines, l)
@@ -210,32 +219,32 @@ func (w *watchdog) abortRelease(l *lease, failed bool) {
 	}
 }
 
-// released ends l after a successful release. It returns the cause when l
+// Released ends l after a successful release. It returns the cause when l
 // had been lost before, so the release can say so, and nil otherwise.
-func (w *watchdog) released(l *lease) (lostCause error) {
+func (w *Watchdog) Released(l *Lease) (lostCause error) {
 	w.mu.Lock()
 	defer w.unlock()
 	l.releasing = false
 	if l.state == leaseLost {
-		if h, ok := l.of.(*hold); ok {
+		if h, ok := l.of.(*Hold); ok {
 			return h.cause
 		}
-		return ErrLost
+		return errs.ErrLost
 	}
-	w.endLocked(l, leaseReleased, errReleased)
+	w.endLocked(l, leaseReleased, ErrReleased)
 	return nil
 }
 
 // dropped forgets l without reporting a loss, when the caller no longer
 // needs it (a mark whose waiter stopped waiting).
-func (w *watchdog) dropped(l *lease) {
+func (w *Watchdog) Dropped(l *Lease) {
 	w.mu.Lock()
 	defer w.unlock()
-	w.endLocked(l, leaseReleased, errReleased)
+	w.endLocked(l, leaseReleased, ErrReleased)
 }
 
 // isHeld reports whether l is still held as far as this Client knows.
-func (w *watchdog) isHeld(l *lease) bool {
+func (w *Watchdog) IsHeld(l *Lease) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return l.state == leaseHeld
@@ -243,7 +252,7 @@ func (w *watchdog) isHeld(l *lease) bool {
 
 // lostCause returns why l was lost, or nil while it is held or after a
 // normal release.
-func (w *watchdog) lostCause(l *hold) error {
+func (w *Watchdog) LostCause(l *Hold) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if l.state == leaseLost {
@@ -254,7 +263,7 @@ func (w *watchdog) lostCause(l *hold) error {
 
 // lastSent returns the send time of the request that last granted or
 // renewed l.
-func (w *watchdog) lastSent(l *lease) time.Time {
+func (w *Watchdog) LastSent(l *Lease) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.wall(l.sent)
@@ -262,7 +271,7 @@ func (w *watchdog) lastSent(l *lease) time.Time {
 
 // lose reports l lost with the given cause, which wraps ErrLost. It is a
 // no-op for a lease that already ended.
-func (w *watchdog) lose(l *lease, cause error) {
+func (w *Watchdog) Lose(l *Lease, cause error) {
 	w.mu.Lock()
 	w.endLocked(l, leaseLost, cause)
 	w.unlock()
@@ -271,13 +280,13 @@ func (w *watchdog) lose(l *lease, cause error) {
 // errClosedLost is the cause of the end of every hold still open when the
 // Client closes: lost to its holder, but neither counted nor logged as a
 // loss, since a shutdown is not one.
-var errClosedLost = fmt.Errorf("%w: %w", ErrLost, ErrClosed)
+var errClosedLost = fmt.Errorf("%w: %w", errs.ErrLost, errs.ErrClosed)
 
 // endLocked ends l, which its owner learns at once; the report (telemetry,
 // logs, a waiter's wake-up) follows when the caller releases mu, so that
 // exporters and log handlers never run under the watchdog's lock. A lease
 // still in a renewal bucket is skipped when its tick comes.
-func (w *watchdog) endLocked(l *lease, state leaseState, cause error) {
+func (w *Watchdog) endLocked(l *Lease, state leaseState, cause error) {
 	if l.state != leaseHeld {
 		return
 	}
@@ -290,7 +299,7 @@ func (w *watchdog) endLocked(l *lease, state leaseState, cause error) {
 
 // unlock releases mu and reports the ends recorded meanwhile, on the
 // calling goroutine (a caller's Unlock, say).
-func (w *watchdog) unlock() {
+func (w *Watchdog) unlock() {
 	q := w.ended
 	w.ended = nil
 	w.mu.Unlock()
@@ -302,7 +311,7 @@ func (w *watchdog) unlock() {
 // unlockAsync releases mu and leaves the reports to the reporter goroutine,
 // so that the clock and the renewer never wait for an exporter or a log
 // handler.
-func (w *watchdog) unlockAsync() {
+func (w *Watchdog) unlockAsync() {
 	q := w.ended
 	w.ended = nil
 	w.mu.Unlock()
@@ -314,7 +323,7 @@ func (w *watchdog) unlockAsync() {
 // remaining lease ended with a cause matching both ErrLost and ErrClosed,
 // since nothing keeps it any more. Holds being released right now are left
 // to their release.
-func (w *watchdog) close() {
+func (w *Watchdog) Close() {
 	close(w.stop)
 	w.loops.Wait()
 	w.cancelStop()
@@ -325,7 +334,7 @@ func (w *watchdog) close() {
 	w.senders.Wait()
 	w.mu.Lock()
 	w.closed = true
-	for _, l := range append([]*lease(nil), w.deadlines...) {
+	for _, l := range append([]*Lease(nil), w.deadlines...) {
 		if !l.releasing {
 			w.endLocked(l, leaseLost, errClosedLost)
 		}

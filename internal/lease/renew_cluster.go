@@ -1,4 +1,4 @@
-package dlock
+package lease
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 
 	"github.com/redis/go-redis/v9"
 
@@ -53,12 +55,12 @@ import (
 // sendPerNode sends calls (each within one slot) per master node: merged
 // into node calls, or per slot once the servers have rejected the node
 // script.
-func (r *renewals) sendPerNode(ctx context.Context, cc *redis.ClusterClient, calls []renewCall, settle func(renewResult)) {
-	byNode := map[*redis.Client][]renewCall{}
+func (r *Renewals) sendPerNode(ctx context.Context, cc *redis.ClusterClient, calls []RenewCall, settle func(RenewResult)) {
+	byNode := map[*redis.Client][]RenewCall{}
 	var order []*redis.Client
-	var unrouted []renewCall
+	var unrouted []RenewCall
 	for _, b := range calls {
-		node, err := cc.MasterForKey(ctx, b.keys[0])
+		node, err := cc.MasterForKey(ctx, b.Keys[0])
 		if err != nil {
 			unrouted = append(unrouted, b)
 			continue
@@ -85,26 +87,26 @@ func (r *renewals) sendPerNode(ctx context.Context, cc *redis.ClusterClient, cal
 // nodeCall is one call of renew_node.lua: calls with one lease term, up to
 // renewBatch keys in all.
 type nodeCall struct {
-	calls        []renewCall
+	calls        []RenewCall
 	leases, keys int
 }
 
 // mergeForNode merges calls bound for one node into node calls.
-func mergeForNode(calls []renewCall) []nodeCall {
+func mergeForNode(calls []RenewCall) []nodeCall {
 	var out []nodeCall
 	open := map[time.Duration]int{} // lease term -> index of its open node call
 	for _, b := range calls {
-		term := b.leases[0].ttl
+		term := b.Leases[0].TTL
 		i, ok := open[term]
-		if !ok || out[i].keys+len(b.keys) > renewBatch {
+		if !ok || out[i].keys+len(b.Keys) > RenewBatch {
 			out = append(out, nodeCall{})
 			i = len(out) - 1
 			open[term] = i
 		}
 		n := &out[i]
 		n.calls = append(n.calls, b)
-		n.leases += len(b.leases)
-		n.keys += len(b.keys)
+		n.leases += len(b.Leases)
+		n.keys += len(b.Keys)
 	}
 	return out
 }
@@ -113,12 +115,12 @@ func mergeForNode(calls []renewCall) []nodeCall {
 // specs, and their keys.
 func (n *nodeCall) args() []any {
 	args := make([]any, 0, 2+n.leases+n.keys)
-	args = append(args, n.calls[0].args[0], n.leases)
+	args = append(args, n.calls[0].Args[0], n.leases)
 	for _, b := range n.calls {
-		args = append(args, b.args[1:]...)
+		args = append(args, b.Args[1:]...)
 	}
 	for _, b := range n.calls {
-		for _, k := range b.keys {
+		for _, k := range b.Keys {
 			args = append(args, k)
 		}
 	}
@@ -128,7 +130,7 @@ func (n *nodeCall) args() []any {
 // sendToNode sends calls merged in one pipeline to node (per slot once the
 // servers have rejected the node script), settles what the node renewed or
 // found gone, and sends the rest again per slot through the cluster client.
-func (r *renewals) sendToNode(ctx context.Context, node *redis.Client, calls []renewCall, settle func(renewResult)) {
+func (r *Renewals) sendToNode(ctx context.Context, node *redis.Client, calls []RenewCall, settle func(RenewResult)) {
 	if r.perSlot.Load() {
 		r.sendSlotsToNode(ctx, node, calls, settle)
 		return
@@ -140,34 +142,34 @@ func (r *renewals) sendToNode(ctx context.Context, node *redis.Client, calls []r
 	}
 	cmds, sent := r.runOnNode(ctx, node, r.renewNodeScript(), nil, args)
 
-	done := renewResult{sent: sent, scripts: make([]int, len(merged))}
-	var retry []renewCall
+	done := RenewResult{Sent: sent, Scripts: make([]int, len(merged))}
+	var retry []RenewCall
 	for i, n := range merged {
-		done.scripts[i] = n.leases
+		done.Scripts[i] = n.leases
 		res, err := cmds[i].Int64Slice()
 		if err == nil && len(res) != n.leases {
 			err = fmt.Errorf("renew_node: %d results for %d leases", len(res), n.leases)
 		}
 		if err != nil {
-			if rejectsScriptFlags(err) && r.perSlot.CompareAndSwap(false, true) {
-				done.notice = fmt.Errorf("the cluster rejects the script flag allow-cross-slot-keys (%w): "+
+			if RejectsScriptFlags(err) && r.perSlot.CompareAndSwap(false, true) {
+				done.Notice = fmt.Errorf("the cluster rejects the script flag allow-cross-slot-keys (%w): "+
 					"renewals go per hash slot from now on, as before Redis 7.0", err)
 			}
 			retry = append(retry, n.calls...)
 			continue
 		}
 		for _, b := range n.calls {
-			part := res[:len(b.leases)]
-			res = res[len(b.leases):]
+			part := res[:len(b.Leases)]
+			res = res[len(b.Leases):]
 			if !slices.Contains(part, -1) {
-				done.calls = append(done.calls, b)
-				done.replies = append(done.replies, renewReply{res: part})
+				done.Calls = append(done.Calls, b)
+				done.Replies = append(done.Replies, RenewReply{Res: part})
 				continue
 			}
 			kept, unsure := splitUnsure(b, part)
-			if len(kept.leases) > 0 {
-				done.calls = append(done.calls, kept.renewCall)
-				done.replies = append(done.replies, renewReply{res: kept.res})
+			if len(kept.Leases) > 0 {
+				done.Calls = append(done.Calls, kept.RenewCall)
+				done.Replies = append(done.Replies, RenewReply{Res: kept.res})
 			}
 			retry = append(retry, unsure...)
 		}
@@ -177,7 +179,7 @@ func (r *renewals) sendToNode(ctx context.Context, node *redis.Client, calls []r
 		// Sent later, but settled as of the node request: a lease's
 		// deadline may come early, never late.
 		again := r.pipeline(ctx, retry)
-		again.sent = sent
+		again.Sent = sent
 		settle(again)
 	}
 }
@@ -186,29 +188,29 @@ func (r *renewals) sendToNode(ctx context.Context, node *redis.Client, calls []r
 // pipeline to node, settles the replies, and sends the calls that failed
 // again through the cluster client, which follows MOVED and ASK. Those are
 // settled as of the node request's send time.
-func (r *renewals) sendSlotsToNode(ctx context.Context, node *redis.Client, calls []renewCall, settle func(renewResult)) {
+func (r *Renewals) sendSlotsToNode(ctx context.Context, node *redis.Client, calls []RenewCall, settle func(RenewResult)) {
 	keys := make([][]string, len(calls))
 	args := make([][]any, len(calls))
 	for i, b := range calls {
-		keys[i], args[i] = b.keys, b.args
+		keys[i], args[i] = b.Keys, b.Args
 	}
 	cmds, sent := r.runOnNode(ctx, node, scripts.Renew, keys, args)
-	done := renewResult{sent: sent, scripts: make([]int, len(calls))}
-	var retry []renewCall
+	done := RenewResult{Sent: sent, Scripts: make([]int, len(calls))}
+	var retry []RenewCall
 	for i, b := range calls {
-		done.scripts[i] = len(b.leases)
+		done.Scripts[i] = len(b.Leases)
 		res, err := cmds[i].Int64Slice()
 		if err != nil {
 			retry = append(retry, b)
 			continue
 		}
-		done.calls = append(done.calls, b)
-		done.replies = append(done.replies, renewReply{res: res})
+		done.Calls = append(done.Calls, b)
+		done.Replies = append(done.Replies, RenewReply{Res: res})
 	}
 	settle(done)
 	if len(retry) > 0 {
 		again := r.pipeline(ctx, retry)
-		again.sent = sent
+		again.Sent = sent
 		settle(again)
 	}
 }
@@ -218,7 +220,7 @@ func (r *renewals) sendSlotsToNode(ctx context.Context, node *redis.Client, call
 // have the script cached, the first call carries its source; calls that
 // meet an empty script cache go again with it, in a second pipeline. It
 // returns the replies and the first pipeline's send time.
-func (r *renewals) runOnNode(ctx context.Context, node *redis.Client, script *redis.Script, keys [][]string, args [][]any) ([]*redis.Cmd, time.Time) {
+func (r *Renewals) runOnNode(ctx context.Context, node *redis.Client, script *redis.Script, keys [][]string, args [][]any) ([]*redis.Cmd, time.Time) {
 	keysOf := func(i int) []string {
 		if keys == nil {
 			return nil
@@ -241,7 +243,7 @@ func (r *renewals) runOnNode(ctx context.Context, node *redis.Client, script *re
 	})
 	var again []int
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if errs.IsNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
@@ -259,7 +261,7 @@ func (r *renewals) runOnNode(ctx context.Context, node *redis.Client, script *re
 
 // answered is part of a renewal call, with the node's replies for it.
 type answered struct {
-	renewCall
+	RenewCall
 	res []int64
 }
 
@@ -269,50 +271,50 @@ type answered struct {
 // slot, or on an ASK redirect to the node importing it: one call for many
 // leases of a slot being migrated would fail with TRYAGAIN as soon as the
 // keys it names were split between the two nodes, or one of them is gone.
-func splitUnsure(b renewCall, res []int64) (kept answered, unsure []renewCall) {
-	kept.args = []any{b.args[0]}
+func splitUnsure(b RenewCall, res []int64) (kept answered, unsure []RenewCall) {
+	kept.Args = []any{b.Args[0]}
 	k := 0
-	for j, l := range b.leases {
-		n := 1 + len(l.extra)
-		keys, spec := b.keys[k:k+n:k+n], b.args[1+j]
+	for j, l := range b.Leases {
+		n := 1 + len(l.Extra)
+		keys, spec := b.Keys[k:k+n:k+n], b.Args[1+j]
 		k += n
 		if res[j] == -1 {
-			unsure = append(unsure, renewCall{leases: []*lease{l}, keys: keys, args: []any{b.args[0], spec}})
+			unsure = append(unsure, RenewCall{Leases: []*Lease{l}, Keys: keys, Args: []any{b.Args[0], spec}})
 			continue
 		}
-		kept.leases = append(kept.leases, l)
-		kept.keys = append(kept.keys, keys...)
-		kept.args = append(kept.args, spec)
+		kept.Leases = append(kept.Leases, l)
+		kept.Keys = append(kept.Keys, keys...)
+		kept.Args = append(kept.Args, spec)
 		kept.res = append(kept.res, res[j])
 	}
 	return kept, unsure
 }
 
-func (r *renewals) renewNodeScript() *redis.Script {
+func (r *Renewals) renewNodeScript() *redis.Script {
 	if r.nodeScript != nil {
 		return r.nodeScript
 	}
 	return scripts.RenewNode
 }
 
-// rejectsScriptFlags reports whether err is a server's refusal of a script
+// RejectsScriptFlags reports whether err is a server's refusal of a script
 // that opens with a shebang: Redis before 7.0 fails to compile it, and
 // Redis 7 names the shebang when it knows no such flag.
-func rejectsScriptFlags(err error) bool {
-	if !isRedisError(err) {
+func RejectsScriptFlags(err error) bool {
+	if !errs.IsReply(err) {
 		return false
 	}
 	msg := strings.ToLower(err.Error())
 	return strings.Contains(msg, "shebang") || strings.Contains(msg, "error compiling script")
 }
 
-func (r *renewals) isNodeCached(addr string) bool {
+func (r *Renewals) isNodeCached(addr string) bool {
 	r.nodeMu.Lock()
 	defer r.nodeMu.Unlock()
 	return r.nodeCached[addr]
 }
 
-func (r *renewals) setNodeCached(addr string, cached bool) {
+func (r *Renewals) setNodeCached(addr string, cached bool) {
 	r.nodeMu.Lock()
 	defer r.nodeMu.Unlock()
 	if r.nodeCached == nil {

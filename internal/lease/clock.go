@@ -1,9 +1,11 @@
-package dlock
+package lease
 
 import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // The watchdog's clock: the goroutine that ends leases at their deadlines,
@@ -11,15 +13,15 @@ import (
 // watchdog.go.
 
 // expiredCause is why a lease whose deadline passed is lost.
-func (w *watchdog) expiredCause(l *lease) error {
+func (w *Watchdog) expiredCause(l *Lease) error {
 	if l.renew {
-		return fmt.Errorf("%w: not renewed within the %v lease", ErrLost, l.ttl)
+		return fmt.Errorf("%w: not renewed within the %v lease", errs.ErrLost, l.TTL)
 	}
-	return fmt.Errorf("%w: the %v lease expired", ErrLost, l.ttl)
+	return fmt.Errorf("%w: the %v lease expired", errs.ErrLost, l.TTL)
 }
 
 // runClock ends leases at their deadlines.
-func (w *watchdog) runClock() {
+func (w *Watchdog) runClock() {
 	w.loop(w.clockKick, func() (time.Duration, bool) {
 		next := w.expire()
 		return next, next > 0
@@ -28,7 +30,7 @@ func (w *watchdog) runClock() {
 
 // loop runs step, then again whenever kick fires or the time step returned
 // has passed (false: no time, only a kick), until the watchdog stops.
-func (w *watchdog) loop(kick chan struct{}, step func() (time.Duration, bool)) {
+func (w *Watchdog) loop(kick chan struct{}, step func() (time.Duration, bool)) {
 	defer w.loops.Done()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -58,7 +60,7 @@ func (w *watchdog) loop(kick chan struct{}, step func() (time.Duration, bool)) {
 // deadline on, so its holder must hear of it then, not when the release's
 // reply comes. A release that then succeeds returns the loss (see
 // watchdog.released).
-func (w *watchdog) expire() time.Duration {
+func (w *Watchdog) expire() time.Duration {
 	w.mu.Lock()
 	defer w.unlockAsync()
 	now := w.mono(time.Now())
@@ -74,7 +76,7 @@ func (w *watchdog) expire() time.Duration {
 
 // leaseHeap orders leases by deadline, earliest first. Each lease knows its
 // index (idx), -1 when out of the heap.
-type leaseHeap []*lease
+type leaseHeap []*Lease
 
 func (h leaseHeap) Len() int           { return len(h) }
 func (h leaseHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
@@ -83,7 +85,7 @@ func (h leaseHeap) Swap(i, j int) {
 	h[i].idx, h[j].idx = i, j
 }
 func (h *leaseHeap) Push(x any) {
-	l := x.(*lease)
+	l := x.(*Lease)
 	l.idx = len(*h)
 	*h = append(*h, l)
 }
@@ -125,7 +127,7 @@ func (r *reportQueue) close() {
 }
 
 // run reports ends until the queue is closed and drained.
-func (r *reportQueue) run(w *watchdog, done chan struct{}) {
+func (r *reportQueue) run(w *Watchdog, done chan struct{}) {
 	defer close(done)
 	for range r.kick {
 		r.mu.Lock()

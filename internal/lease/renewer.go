@@ -1,12 +1,14 @@
-package dlock
+package lease
 
 import (
 	"container/heap"
 	"context"
 	"fmt"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-	"time"
 )
 
 // The watchdog's renewer: the schedule of renewals, the queue of renewal
@@ -15,42 +17,44 @@ import (
 
 // renewCall is one call of internal/scripts/renew.lua: the leases it renews, with
 // their keys and specs in order.
-type renewCall struct {
-	leases []*lease
-	keys   []string
-	args   []any
+type RenewCall struct {
+	Leases []*Lease
+	Keys   []string
+	Args   []any
 }
 
 // renewReply is the reply to one renewal call: per lease, 1 when it was
 // renewed and 0 when its hold is gone; or the error that failed the call.
-type renewReply struct {
-	res []int64
-	err error
+type RenewReply struct {
+	Res []int64
+	Err error
 }
 
 // renewResult is what one request of renewal calls came back with.
-type renewResult struct {
-	calls   []renewCall
-	replies []renewReply // one per call
-	sent    time.Time    // when the request went out, or earlier
-	scripts []int        // the leases of each script call it carried
-	notice  error        // something to log once, not a failure of these calls
+type RenewResult struct {
+	Calls   []RenewCall
+	Replies []RenewReply // one per call
+	Sent    time.Time    // when the request went out, or earlier
+	Scripts []int        // the leases of each script call it carried
+	Notice  error        // something to log once, not a failure of these calls
 }
 
 // renewSender sends a chunk's renewal calls, without waiting for other
 // chunks in flight, and hands every call's reply to settle as soon as it
 // has it: all at once, or in parts (a cluster's nodes answer separately).
 // It returns when every call has been settled.
-type renewSender func(ctx context.Context, calls []renewCall, settle func(renewResult))
+type Sender func(ctx context.Context, calls []RenewCall, settle func(RenewResult))
 
 const (
+	// RenewBatch is the most keys one renewal script call carries.
+	RenewBatch = 100
 	// renewCallsPerRound caps the script calls one pipeline carries, so that
 	// a round of many leases goes out as several pipelines in parallel.
 	renewCallsPerRound = 50
 	// renewKeysPerRound caps the keys of a chunk on a cluster, where calls
 	// are per hash slot and the sender merges them per node (see
 	// renew_cluster.go): a chunk there fills as many calls as elsewhere.
-	renewKeysPerRound = renewCallsPerRound * renewBatch
+	renewKeysPerRound = renewCallsPerRound * RenewBatch
 	// renewSenders is how many renewal pipelines may be in flight at once.
 	renewSenders = 8
 )
@@ -58,9 +62,9 @@ const (
 // schedule puts l in the bucket of due's tick, and wakes the renewer if that
 // tick comes before the one it waits for. An entry of l in another bucket
 // is stale from then on: the renewer drops it. Called with mu held.
-func (w *watchdog) schedule(l *lease, due int64) {
-	if l.ttl < w.basis {
-		w.fitTick(l.ttl)
+func (w *Watchdog) schedule(l *Lease, due int64) {
+	if l.TTL < w.basis {
+		w.fitTick(l.TTL)
 	}
 	t := w.tickOf(due)
 	if len(w.due) == 0 || t < w.earliestTick() {
@@ -72,7 +76,7 @@ func (w *watchdog) schedule(l *lease, due int64) {
 
 // sampleRTT records how long a renewal request took: the estimate jumps
 // up to a longer round trip at once, and comes down slowly.
-func (w *watchdog) sampleRTT(d int64) {
+func (w *Watchdog) sampleRTT(d int64) {
 	rtt := w.rtt.Load()
 	if d > rtt {
 		w.rtt.Store(d)
@@ -86,7 +90,7 @@ func (w *watchdog) sampleRTT(d int64) {
 // the Client's watchdog timeout), and moves every lease scheduled to its
 // bucket at the new resolution. Once per shorter lease: the resolution only
 // grows finer. Called with mu held.
-func (w *watchdog) fitTick(ttl time.Duration) {
+func (w *Watchdog) fitTick(ttl time.Duration) {
 	w.basis = ttl
 	want := max(ttl/3/12, time.Millisecond)
 	if want >= w.tick {
@@ -94,7 +98,7 @@ func (w *watchdog) fitTick(ttl time.Duration) {
 	}
 	old := int64(w.tick)
 	w.tick = want
-	due := make(map[int64][]*lease, len(w.due))
+	due := make(map[int64][]*Lease, len(w.due))
 	for t, ls := range w.due {
 		for _, l := range ls {
 			if l.next == t {
@@ -116,15 +120,15 @@ func (w *watchdog) fitTick(ttl time.Duration) {
 // of the lease, to keep that slack at least a period: at round trips of 40%
 // of the lease, 0.29 of it instead of 0.26 (and 0.19 when a renewal waited
 // for the one before it).
-func (w *watchdog) period(l *lease) int64 {
-	third := int64(l.ttl / 3)
+func (w *Watchdog) period(l *Lease) int64 {
+	third := int64(l.TTL / 3)
 	rtt := w.rtt.Load()
-	p := (int64(l.ttl-driftMargin(l.ttl)) - rtt) / 2
-	return max(min(p, third), int64(l.ttl/6))
+	p := (int64(l.TTL-DriftMargin(l.TTL)) - rtt) / 2
+	return max(min(p, third), int64(l.TTL/6))
 }
 
 // runRenewer queues each tick's renewals for the senders.
-func (w *watchdog) runRenewer() { w.loop(w.renewKick, w.dispatch) }
+func (w *Watchdog) runRenewer() { w.loop(w.renewKick, w.dispatch) }
 
 // dispatch queues renewals for the leases whose tick has come, and returns
 // how long until it must look again (false: nothing to wait for).
@@ -140,12 +144,12 @@ func (w *watchdog) runRenewer() { w.loop(w.renewKick, w.dispatch) }
 // its grant's round trip already spent. Each pipeline goes on a renewal
 // connection of the Client's (see renewals.go), which is always warm, or on
 // the pool when all of those are in flight.
-func (w *watchdog) dispatch() (time.Duration, bool) {
+func (w *Watchdog) dispatch() (time.Duration, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.mono(time.Now())
 	horizon := w.tickOf(now + int64(w.horizon))
-	var round []*lease
+	var round []*Lease
 	for t, ls := range w.due {
 		if t > horizon {
 			continue
@@ -154,7 +158,7 @@ func (w *watchdog) dispatch() (time.Duration, bool) {
 		for _, l := range ls {
 			switch {
 			case l.state != leaseHeld || !l.renew || l.next != t:
-			case t > w.tickOf(now+int64(l.ttl/12)):
+			case t > w.tickOf(now+int64(l.TTL/12)):
 				kept = append(kept, l) // not due within a quarter of its period yet
 			default:
 				// A hold being released is renewed too: its release may take
@@ -180,7 +184,7 @@ func (w *watchdog) dispatch() (time.Duration, bool) {
 	for len(calls) > 0 {
 		n, keys := 0, 0
 		for n < len(calls) {
-			keys += len(calls[n].keys)
+			keys += len(calls[n].Keys)
 			if n > 0 && (!w.cluster && n == renewCallsPerRound || w.cluster && keys > renewKeysPerRound) {
 				break
 			}
@@ -189,7 +193,7 @@ func (w *watchdog) dispatch() (time.Duration, bool) {
 		c := &chunk{calls: calls[:n], deadline: -1}
 		calls = calls[n:]
 		for _, b := range c.calls {
-			for _, l := range b.leases {
+			for _, l := range b.Leases {
 				if c.deadline < 0 || l.deadline < c.deadline {
 					c.deadline = l.deadline
 				}
@@ -210,7 +214,7 @@ func (w *watchdog) dispatch() (time.Duration, bool) {
 	return wait, true
 }
 
-func (w *watchdog) earliestTick() int64 {
+func (w *Watchdog) earliestTick() int64 {
 	first := true
 	var min int64
 	for t := range w.due {
@@ -223,7 +227,7 @@ func (w *watchdog) earliestTick() int64 {
 
 // chunk is one pipeline of renewal calls, queued until a sender takes it.
 type chunk struct {
-	calls    []renewCall
+	calls    []RenewCall
 	deadline int64 // the earliest deadline of its leases when it was queued
 }
 
@@ -243,7 +247,7 @@ func (h *chunkHeap) Pop() any {
 }
 
 // runSender sends queued chunks, earliest deadline first, until close.
-func (w *watchdog) runSender() {
+func (w *Watchdog) runSender() {
 	defer w.senders.Done()
 	for {
 		w.mu.Lock()
@@ -263,7 +267,7 @@ func (w *watchdog) runSender() {
 // renewPipeline sends one chunk of renewal calls and records the replies.
 // The request may take as long as its leases have left; past that, the
 // clock has ended them anyway.
-func (w *watchdog) renewPipeline(c *chunk) {
+func (w *Watchdog) renewPipeline(c *chunk) {
 	now := w.mono(time.Now())
 	if late := time.Duration(now - c.deadline); late > 0 {
 		w.log.Warn("dlock: renewals are falling behind: a renewal went out after its lease's deadline",
@@ -274,15 +278,15 @@ func (w *watchdog) renewPipeline(c *chunk) {
 	w.send(ctx, c.calls, w.settleRenewals)
 }
 
-func leasesIn(calls []renewCall) int {
+func leasesIn(calls []RenewCall) int {
 	n := 0
 	for _, b := range calls {
-		n += len(b.leases)
+		n += len(b.Leases)
 	}
 	return n
 }
 
-// settleRenewals records the replies of renewal calls sent at r.sent: a
+// settleRenewals records the replies of renewal calls sent at r.Sent: a
 // renewed lease's deadline moves forward to what this renewal gives it, if
 // that is later (replies of a lease's renewals may come back in any
 // order); a lease the server no longer has is lost; a lease whose call
@@ -290,29 +294,29 @@ func leasesIn(calls []renewCall) int {
 // when this one went out (see dispatch). At most a lease's lease divided
 // by its period (six) of its renewals are in flight at once: the requests
 // end at the lease's deadline.
-func (w *watchdog) settleRenewals(r renewResult) {
+func (w *Watchdog) settleRenewals(r RenewResult) {
 	var failed error
 	var renewed, gone, failedN int64
-	w.sentCalls.Add(int64(len(r.scripts)))
-	for _, n := range r.scripts {
+	w.sentCalls.Add(int64(len(r.Scripts)))
+	for _, n := range r.Scripts {
 		w.tel.Batch(n)
 	}
-	if r.notice != nil {
-		w.log.Warn("dlock: " + r.notice.Error())
+	if r.Notice != nil {
+		w.log.Warn("dlock: " + r.Notice.Error())
 	}
-	sent := w.mono(r.sent)
+	sent := w.mono(r.Sent)
 	w.mu.Lock()
 	now := w.mono(time.Now())
-	if len(r.replies) > 0 && r.replies[0].err == nil {
+	if len(r.Replies) > 0 && r.Replies[0].Err == nil {
 		w.sampleRTT(now - sent)
 	}
-	for i, b := range r.calls {
-		res, err := r.replies[i].res, r.replies[i].err
-		if err == nil && len(res) != len(b.leases) {
-			err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.leases))
+	for i, b := range r.Calls {
+		res, err := r.Replies[i].Res, r.Replies[i].Err
+		if err == nil && len(res) != len(b.Leases) {
+			err = fmt.Errorf("renew: %d results for %d keys", len(res), len(b.Leases))
 		}
-		for j, l := range b.leases {
-			_, isHold := l.of.(*hold)
+		for j, l := range b.Leases {
+			_, isHold := l.of.(*Hold)
 			l.renewing--
 			switch {
 			case l.state != leaseHeld:
@@ -326,8 +330,8 @@ func (w *watchdog) settleRenewals(r renewResult) {
 				if isHold {
 					renewed++
 				}
-				l.grantTTL = 0
-				if d := sent + int64(l.ttl-driftMargin(l.ttl)); d > l.deadline {
+				l.GrantTTL = 0
+				if d := sent + int64(l.TTL-DriftMargin(l.TTL)); d > l.deadline {
 					l.sent, l.deadline = sent, d
 					if l.idx >= 0 {
 						heap.Fix(&w.deadlines, l.idx)
@@ -340,7 +344,7 @@ func (w *watchdog) settleRenewals(r renewResult) {
 				if isHold {
 					gone++
 				}
-				w.endLocked(l, leaseLost, fmt.Errorf("%w: renewal found the hold gone", ErrLost))
+				w.endLocked(l, leaseLost, fmt.Errorf("%w: renewal found the hold gone", errs.ErrLost))
 			}
 		}
 	}
@@ -360,10 +364,10 @@ func (w *watchdog) settleRenewals(r renewResult) {
 	switch {
 	case failed == nil:
 		if renewed+gone > 0 {
-			w.outage.saw(nil)
+			w.outage.Saw(nil)
 		}
-	case unavailable(failed):
-		w.outage.saw(failed)
+	case errs.IsUnavailable(failed):
+		w.outage.Saw(failed)
 	default:
 		w.log.Warn("dlock: lease renewal failed", "error", failed.Error())
 	}
@@ -373,29 +377,29 @@ func (w *watchdog) settleRenewals(r renewResult) {
 // lease term per call (holds and marks have different ones), and one hash
 // slot per call on a cluster (where the sender merges the calls of a chunk
 // per node when the servers allow it: see renew_cluster.go).
-func (w *watchdog) batches(round []*lease) []renewCall {
+func (w *Watchdog) batches(round []*Lease) []RenewCall {
 	type group struct {
 		slot uint16
 		ttl  time.Duration
 	}
-	var out []renewCall
+	var out []RenewCall
 	open := map[group]int{} // -> index of its open batch
 	for _, l := range round {
-		g := group{ttl: l.ttl}
+		g := group{ttl: l.TTL}
 		if w.cluster {
-			g.slot = wire.Slot(l.key)
+			g.slot = wire.Slot(l.Key)
 		}
 		i, ok := open[g]
-		if !ok || len(out[i].keys)+l.spec.Keys() > renewBatch {
-			out = append(out, renewCall{args: []any{millis(l.ttl)}})
+		if !ok || len(out[i].Keys)+l.Spec.Keys() > RenewBatch {
+			out = append(out, RenewCall{Args: []any{wire.Millis(l.TTL)}})
 			i = len(out) - 1
 			open[g] = i
 		}
 		b := &out[i]
-		b.leases = append(b.leases, l)
-		b.keys = append(b.keys, l.key)
-		b.keys = append(b.keys, l.extra...)
-		b.args = append(b.args, l.arg)
+		b.Leases = append(b.Leases, l)
+		b.Keys = append(b.Keys, l.Key)
+		b.Keys = append(b.Keys, l.Extra...)
+		b.Args = append(b.Args, l.Arg)
 	}
 	return out
 }

@@ -1,11 +1,13 @@
-package dlock
+package lease
 
 import (
 	"context"
 	"errors"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-	"time"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -14,23 +16,23 @@ import (
 // internal/scripts/renew.lua checks to prove the lease is still ours, and until when
 // the server is known to keep it. It is embedded in a hold or a mark, which
 // the watchdog tells when the lease ends.
-type lease struct {
-	key   string
-	extra []string // companion keys, for wire.SpecMemberWith and wire.SpecMemberWith2
-	spec  wire.Spec
-	arg   string        // spec as renew.lua reads it
-	ttl   time.Duration // the lease the server applies, and renewals apply; a third of it between renewals
+type Lease struct {
+	Key   string
+	Extra []string // companion keys, for wire.SpecMemberWith and wire.SpecMemberWith2
+	Spec  wire.Spec
+	Arg   string        // Spec as renew.lua reads it
+	TTL   time.Duration // the lease the server applies, and renewals apply; a third of it between renewals
 	renew bool          // renewed by the watchdog (no WithLease); guarded by the watchdog's mutex once added
-	// grantTTL, when set, is the lease the grant runs on until the first
-	// renewal, when it differs from ttl (a hold handed over on a waiter's
+	// GrantTTL, when set, is the lease the grant runs on until the first
+	// renewal, when it differs from TTL (a hold handed over on a waiter's
 	// mark). Guarded by the watchdog's mutex once added.
-	grantTTL time.Duration
+	GrantTTL time.Duration
 	of       leaseOwner
-	start    time.Time // when the request that granted it was sent
+	Start    time.Time // when the request that granted it was sent
 
 	// Guarded by the watchdog's mutex; times on the watchdog's clock.
 	sent      int64 // send time of the request that last granted or renewed it
-	deadline  int64 // after this the server may have let it go: see leaseDeadline
+	deadline  int64 // after this the server may have let it go: see Deadline
 	idx       int   // index in the deadline heap; -1 when out of it
 	releasing bool  // a release is in flight: a missing key is expected
 	renewing  int   // renewals of it queued or in flight
@@ -38,16 +40,16 @@ type lease struct {
 	state     leaseState
 }
 
-func newLease(key string, spec wire.Spec, ttl time.Duration, renew bool, sent time.Time) lease {
-	return lease{key: key, spec: spec, arg: spec.String(), ttl: ttl, renew: renew, start: sent, idx: -1}
+func newLease(key string, spec wire.Spec, ttl time.Duration, renew bool, sent time.Time) Lease {
+	return Lease{Key: key, Spec: spec, Arg: spec.String(), TTL: ttl, renew: renew, Start: sent, idx: -1}
 }
 
 // granted is the lease the last grant or renewal runs on.
-func (l *lease) granted() time.Duration {
-	if l.grantTTL > 0 {
-		return l.grantTTL
+func (l *Lease) granted() time.Duration {
+	if l.GrantTTL > 0 {
+		return l.GrantTTL
 	}
-	return l.ttl
+	return l.TTL
 }
 
 type leaseState uint8
@@ -65,24 +67,24 @@ type leaseOwner interface {
 	ended(state leaseState, cause error)
 	// report records the end of the lease in telemetry and logs, or acts on
 	// it; the watchdog calls it without its mutex.
-	report(w *watchdog, state leaseState, cause error)
+	report(w *Watchdog, state leaseState, cause error)
 }
 
-// errReleased is the cause of a hold context's cancellation after Unlock.
-var errReleased = errors.New("dlock: released")
+// ErrReleased is the cause of a hold context's cancellation after Unlock.
+var ErrReleased = errors.New("dlock: released")
 
 // hold is this Client's record of one hold: a lease, and how to tell the
 // holder when it ends.
-type hold struct {
-	lease
-	name     string // the lock's name, for logs and errors
-	kind     string // the primitive, for telemetry
-	origin   trace.SpanContext
-	acquired time.Time
+type Hold struct {
+	Lease
+	Name     string // the lock's name, for logs and errors
+	Kind     string // the primitive, for telemetry
+	Origin   trace.SpanContext
+	Acquired time.Time
 
-	count  int64       // counted holds the server records; guarded by the owner's gate
-	token  uint64      // the fencing token
-	cohort cohortState // a Mutex WithCohort: its local handoffs (cohort.go)
+	Count  int64       // counted holds the server records; guarded by the owner's gate
+	Token  uint64      // the fencing token
+	Cohort CohortState // a Mutex WithCohort: its local handoffs (cohort.go)
 
 	// Guarded by the watchdog's mutex. lost and ctx are made on first use,
 	// since most holds never need them.
@@ -95,23 +97,25 @@ type hold struct {
 	onLost []func(cause error)
 }
 
-// newHold records a hold that the server granted on a request sent at sent.
-// Its deadline counts from the send, not the reply, since the server may
-// have started the lease any time after it (see leaseDeadline). The span in ctx, if any, is the
-// one a lost-hold span links back to.
-func newHold(ctx context.Context, h *handle, key string, spec wire.Spec, ttl time.Duration, renew bool, sent time.Time) *hold {
-	l := &hold{
-		lease:    newLease(key, spec, ttl, renew, sent),
-		name:     h.name,
-		kind:     h.kind,
-		origin:   trace.SpanContextFromContext(ctx),
-		acquired: time.Now(),
+// NewHold records a hold of the primitive of kind called name that the
+// server granted on a request sent at sent: a lease of ttl on key, which
+// spec proves still held, renewed by the watchdog when renew. Its deadline
+// counts from the send, not the reply, since the server may have started
+// the lease any time after it (see Deadline). The span in ctx, if any, is
+// the one a lost-hold span links back to.
+func NewHold(ctx context.Context, name, kind, key string, spec wire.Spec, ttl time.Duration, renew bool, sent time.Time) *Hold {
+	l := &Hold{
+		Lease:    newLease(key, spec, ttl, renew, sent),
+		Name:     name,
+		Kind:     kind,
+		Origin:   trace.SpanContextFromContext(ctx),
+		Acquired: time.Now(),
 	}
 	l.of = l
 	return l
 }
 
-func (l *hold) ended(state leaseState, cause error) {
+func (l *Hold) ended(state leaseState, cause error) {
 	l.state, l.cause = state, cause
 	if state == leaseLost {
 		// Before Lost closes: whoever Lost wakes finds them done.
@@ -128,27 +132,27 @@ func (l *hold) ended(state leaseState, cause error) {
 	}
 }
 
-func (l *hold) report(w *watchdog, state leaseState, cause error) {
+func (l *Hold) report(w *Watchdog, state leaseState, cause error) {
 	switch {
 	case state == leaseReleased:
-		w.tel.HoldEnded(l.kind, l.name, l.acquired, telemetry.ResultReleased)
-	case errors.Is(cause, ErrClosed):
+		w.tel.HoldEnded(l.Kind, l.Name, l.Acquired, telemetry.ResultReleased)
+	case errors.Is(cause, errs.ErrClosed):
 		// A shutdown is not a loss: the holder is told, nothing is counted.
-		w.tel.HoldEnded(l.kind, l.name, l.acquired, telemetry.ResultClosed)
+		w.tel.HoldEnded(l.Kind, l.Name, l.Acquired, telemetry.ResultClosed)
 	default:
-		w.tel.HoldEnded(l.kind, l.name, l.acquired, telemetry.ResultLost)
-		w.tel.HoldLost(l.kind, l.name, l.origin, cause)
-		w.log.Warn("dlock: hold lost", "name", l.name, "key", l.key, "holder", l.spec.ID, "client", wire.ClientNameOf(l.spec.ID), "cause", cause.Error())
+		w.tel.HoldEnded(l.Kind, l.Name, l.Acquired, telemetry.ResultLost)
+		w.tel.HoldLost(l.Kind, l.Name, l.Origin, cause)
+		w.log.Warn("dlock: hold lost", "name", l.Name, "key", l.Key, "holder", l.Spec.ID, "client", wire.ClientNameOf(l.Spec.ID), "cause", cause.Error())
 	}
 }
 
 // holdContext derives a context from parent that is cancelled when l ends,
 // with l's cause (ErrLost when lost). A nil l gives a context that is already
 // cancelled with cause ErrNotHeld.
-func (w *watchdog) holdContext(parent context.Context, l *hold) (context.Context, context.CancelFunc) {
+func (w *Watchdog) HoldContext(parent context.Context, l *Hold) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	if l == nil {
-		cancel(ErrNotHeld)
+		cancel(errs.ErrNotHeld)
 		return ctx, func() {}
 	}
 	w.mu.Lock()
@@ -170,7 +174,7 @@ func (w *watchdog) holdContext(parent context.Context, l *hold) (context.Context
 // whenLost makes f run when l is lost, at the moment its Lost channel
 // closes (see hold.onLost for what f may do); at once if l was lost
 // already. It reports false, and f never runs, when l ended otherwise.
-func (w *watchdog) whenLost(l *hold, f func(cause error)) bool {
+func (w *Watchdog) WhenLost(l *Hold, f func(cause error)) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch l.state {
@@ -186,7 +190,7 @@ func (w *watchdog) whenLost(l *hold, f func(cause error)) bool {
 
 // lostOf returns l's lost channel, closed once l is lost, or nil for no
 // hold.
-func (w *watchdog) lostOf(l *hold) <-chan struct{} {
+func (w *Watchdog) LostOf(l *Hold) <-chan struct{} {
 	if l == nil {
 		return nil
 	}
@@ -204,24 +208,39 @@ func (w *watchdog) lostOf(l *hold) <-chan struct{} {
 // mark is a waiting caller's place in a queue kept in Redis: a lease the
 // watchdog renews while the caller waits, so that a waiter that dies stops
 // holding the queue up when its mark runs out.
-type mark struct {
-	lease
+type Mark struct {
+	Lease
 	// gone, when set, runs when the watchdog finds the mark gone or run out:
 	// the waiter must look again.
 	gone func()
 }
 
-func newMark(key string, extra []string, spec wire.Spec, ttl time.Duration, sent time.Time, gone func()) *mark {
-	m := &mark{lease: newLease(key, spec, ttl, true, sent), gone: gone}
-	m.extra = extra
+func NewMark(key string, extra []string, spec wire.Spec, ttl time.Duration, sent time.Time, gone func()) *Mark {
+	m := &Mark{Lease: newLease(key, spec, ttl, true, sent), gone: gone}
+	m.Extra = extra
 	m.of = m
 	return m
 }
 
-func (m *mark) ended(state leaseState, cause error) { m.state = state }
+func (m *Mark) ended(state leaseState, cause error) { m.state = state }
 
-func (m *mark) report(w *watchdog, state leaseState, cause error) {
-	if state == leaseLost && m.gone != nil && !errors.Is(cause, ErrClosed) {
+func (m *Mark) report(w *Watchdog, state leaseState, cause error) {
+	if state == leaseLost && m.gone != nil && !errors.Is(cause, errs.ErrClosed) {
 		m.gone()
 	}
+}
+
+// cohortState is what a hold of a cohorting Mutex carries from one local
+// handoff to the next.
+type CohortState struct {
+	End    uint64    // the last token the Redis grant reserved; 0: no cohort
+	N      int       // local handoffs since the Redis grant
+	Since  time.Time // when the Redis grant was kept
+	Served []string  // queue places of the waiters served locally
+}
+
+// Hold returns the hold l is the lease of, or nil for a waiting mark's.
+func (l *Lease) Hold() *Hold {
+	h, _ := l.of.(*Hold)
+	return h
 }

@@ -1,4 +1,4 @@
-package dlock
+package lease
 
 import (
 	"context"
@@ -6,20 +6,22 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/errs"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// warmConns is how many connections a Client sets up for renewals when it
+// WarmConns is how many connections a Client sets up for renewals when it
 // first talks to Redis (see renewals).
-const warmConns = 4
+const WarmConns = 4
 
 // renewals is how the watchdog's renewal calls reach Redis: pipelines, which
 // go-redis runs on a pool of their own (Options.PipelinePoolSize), apart from
 // the connections the caller's own commands use.
 //
-// When a Client first acquires, it sets up warmConns connections in that
+// When a Client first acquires, it sets up WarmConns connections in that
 // pool, by that many one-PING pipelines at once, alongside its first try;
 // they then wait there, warm. go-redis needs three round trips to set up a
 // connection (HELLO, CLIENT MAINT_NOTIFICATIONS, CLIENT SETINFO); a renewal
@@ -31,7 +33,7 @@ const warmConns = 4
 // (Connections of its own, from go-redis's Conn, would be surer, but their
 // set-up races with the pool's on the client's shared options, and
 // go-redis's race detector builds flag it.)
-type renewals struct {
+type Renewals struct {
 	rdb    redis.UniversalClient
 	cached atomic.Bool // the server has cached the renewal script
 
@@ -48,9 +50,25 @@ type renewals struct {
 	warming atomic.Pointer[chan struct{}] // closed when the warm-ups are over; nil before prepare
 }
 
-// prepare sets up warm connections in the pipeline pool, in the background,
-// once.
-func (r *renewals) prepare() {
+// NewRenewals returns how the renewals of a watchdog reach rdb: give its
+// Send to NewWatchdog.
+func NewRenewals(rdb redis.UniversalClient) *Renewals { return &Renewals{rdb: rdb} }
+
+// SetPerSlot forces a cluster's renewals per hash slot (on), as on servers
+// without script flags, or lets them go per node again; PerSlot reports it.
+// For tests.
+func (r *Renewals) SetPerSlot(on bool) { r.perSlot.Store(on) }
+
+func (r *Renewals) PerSlot() bool { return r.perSlot.Load() }
+
+// SetNodeScript makes a cluster's renewals per node run src instead of
+// internal/scripts/renew_node.lua. Call it before the first hold. For
+// tests.
+func (r *Renewals) SetNodeScript(src string) { r.nodeScript = redis.NewScript(src) }
+
+// Prepare sets up warm connections in the pipeline pool, in the
+// background, once.
+func (r *Renewals) Prepare() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed || !r.started.CompareAndSwap(false, true) {
@@ -58,7 +76,7 @@ func (r *renewals) prepare() {
 	}
 	over := make(chan struct{})
 	var pings sync.WaitGroup
-	for range warmConns {
+	for range WarmConns {
 		pings.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -81,7 +99,7 @@ func (r *renewals) prepare() {
 // a warm connection instead of dialing one. Warm-ups that hang (the server
 // unreachable when they began) are not waited for past that; the renewal
 // then goes out on whatever the pool gives it.
-func (r *renewals) awaitWarm(ctx context.Context) {
+func (r *Renewals) awaitWarm(ctx context.Context) {
 	over := r.warming.Load()
 	if over == nil {
 		return
@@ -109,7 +127,7 @@ func (r *renewals) awaitWarm(ctx context.Context) {
 
 // send runs a chunk's renewal calls: on a cluster, per node (merged when
 // the servers allow it: see sendPerNode); elsewhere, in one pipeline.
-func (r *renewals) send(ctx context.Context, calls []renewCall, settle func(renewResult)) {
+func (r *Renewals) Send(ctx context.Context, calls []RenewCall, settle func(RenewResult)) {
 	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
 		r.sendPerNode(ctx, cc, calls, settle)
 		return
@@ -126,7 +144,7 @@ func (r *renewals) send(ctx context.Context, calls []renewCall, settle func(rene
 // restart, a failover, or on another cluster node) are sent again with the
 // source: one more round trip, never one per call. The send time is the
 // first pipeline's, taken after any wait for warm-ups.
-func (r *renewals) pipeline(ctx context.Context, calls []renewCall) renewResult {
+func (r *Renewals) pipeline(ctx context.Context, calls []RenewCall) RenewResult {
 	r.awaitWarm(ctx)
 	cmds := make([]*redis.Cmd, len(calls))
 	withSource := !r.cached.Load()
@@ -134,16 +152,16 @@ func (r *renewals) pipeline(ctx context.Context, calls []renewCall) renewResult 
 	_, _ = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, b := range calls {
 			if i == 0 && withSource {
-				cmds[i] = scripts.Renew.Eval(ctx, p, b.keys, b.args...)
+				cmds[i] = scripts.Renew.Eval(ctx, p, b.Keys, b.Args...)
 			} else {
-				cmds[i] = scripts.Renew.EvalSha(ctx, p, b.keys, b.args...)
+				cmds[i] = scripts.Renew.EvalSha(ctx, p, b.Keys, b.Args...)
 			}
 		}
 		return nil
 	})
 	var again []int
 	for i, cmd := range cmds {
-		if isNoScript(cmd.Err()) {
+		if errs.IsNoScript(cmd.Err()) {
 			again = append(again, i)
 		}
 	}
@@ -153,25 +171,25 @@ func (r *renewals) pipeline(ctx context.Context, calls []renewCall) renewResult 
 		r.cached.Store(false)
 		_, _ = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, i := range again {
-				cmds[i] = scripts.Renew.Eval(ctx, p, calls[i].keys, calls[i].args...)
+				cmds[i] = scripts.Renew.Eval(ctx, p, calls[i].Keys, calls[i].Args...)
 			}
 			return nil
 		})
 	}
-	out := renewResult{calls: calls, replies: make([]renewReply, len(calls)), sent: sent, scripts: make([]int, len(calls))}
+	out := RenewResult{Calls: calls, Replies: make([]RenewReply, len(calls)), Sent: sent, Scripts: make([]int, len(calls))}
 	for i, cmd := range cmds {
-		out.replies[i].res, out.replies[i].err = cmd.Int64Slice()
-		out.scripts[i] = len(calls[i].leases)
+		out.Replies[i].Res, out.Replies[i].Err = cmd.Int64Slice()
+		out.Scripts[i] = len(calls[i].Leases)
 	}
 	return out
 }
 
 // warmDelay is how often a Client's first acquisition looks whether its
 // first connection is up, to start the renewal connections' warm-ups beside
-// its first try (see Client.warmUp).
+// its first try (see WarmUp).
 const warmDelay = 5 * time.Millisecond
 
-// warmUp arms the warm-ups of the renewal connections (see renewals) for a
+// WarmUp arms the warm-ups of the renewal connections (see renewals) for a
 // Client's first acquisition; the returned func, called with the outcome of
 // its first try, settles them. They start when the try's reply is in (or
 // its outcome is unknown: the server may be there), or, while the try is
@@ -183,8 +201,7 @@ const warmDelay = 5 * time.Millisecond
 // warm by the hold's first renewal. When the try was never sent (Redis
 // could not be reached), they do not start: the next acquisition arms them
 // again, and an outage is not met by four more dialling connections.
-func (c *Client) warmUp() (settle func(err error)) {
-	r := &c.renewals
+func (r *Renewals) WarmUp() (settle func(err error)) {
 	if r.started.Load() {
 		return func(error) {}
 	}
@@ -197,9 +214,9 @@ func (c *Client) warmUp() (settle func(err error)) {
 		defer mu.Unlock()
 		switch {
 		case done:
-		case c.rdb.PoolStats().TotalConns > 0:
+		case r.rdb.PoolStats().TotalConns > 0:
 			done = true
-			r.prepare()
+			r.Prepare()
 		default:
 			t.Reset(warmDelay)
 		}
@@ -215,14 +232,14 @@ func (c *Client) warmUp() (settle func(err error)) {
 		}
 		done = true
 		t.Stop()
-		if err == nil || isRedisError(err) || outcomeUnknown(err) {
-			r.prepare()
+		if err == nil || errs.IsReply(err) || errs.OutcomeUnknown(err) {
+			r.Prepare()
 		}
 	}
 }
 
 // close waits for warm-ups in flight.
-func (r *renewals) close() {
+func (r *Renewals) Close() {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()

@@ -1,8 +1,9 @@
-package dlock
+package wait
 
 import (
-	"github.com/dlock-go/dlock/internal/wire"
 	"testing"
+
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,35 +16,35 @@ import (
 // notices, the subscription's confirmations (a notice may have been missed
 // before them) and the Client's close, which attempt never consumes.
 func TestWaitRegistry_Observer_TakesNoticesConfirmationsAndCloseOnly(t *testing.T) {
-	var r waitRegistry
+	var r Registry
 	r.init()
-	obs, err := r.join("ch", waitAs{kind: wire.KindObserver})
+	obs, err := r.Join("ch", As{Kind: wire.KindObserver})
 	require.NoError(t, err)
-	first, _ := r.join("ch", waitAs{id: "campaigner-1"})
-	second, _ := r.join("ch", waitAs{id: "campaigner-2"})
+	first, _ := r.Join("ch", As{ID: "campaigner-1"})
+	second, _ := r.Join("ch", As{ID: "campaigner-2"})
 
-	r.wake("ch", wire.WakeOne, wakeRelease)
+	r.Wake("ch", wire.WakeOne, WakeRelease)
 	_, ok := pending(first)
 	assert.True(t, ok, "a release's wake-up goes to the first campaigner")
-	r.wake("ch", wire.WakeOne, wakeRelease)
-	r.leave(first, false) // leaves before it looks: passes the wake-up on
+	r.Wake("ch", wire.WakeOne, WakeRelease)
+	r.Leave(first, false) // leaves before it looks: passes the wake-up on
 	_, ok = pending(second)
 	assert.True(t, ok, "a wake-up passed on goes to the next campaigner")
-	r.attempt(second)
-	r.wake("ch", wire.WakeAll, wakeLocal)
+	r.Attempt(second)
+	r.Wake("ch", wire.WakeAll, WakeLocal)
 	_, ok = pending(obs)
 	assert.False(t, ok, "the observer took a campaigner's wake-up")
 
-	r.wake("ch", wire.WakeAll, wakeSubscribed)
+	r.Wake("ch", wire.WakeAll, WakeSubscribed)
 	why, ok := pending(obs)
-	assert.True(t, ok && why == wakeSubscribed, "a subscription's confirmation must reach the observer")
-	r.attempt(obs)
-	r.wake("ch", wire.Wake{Kind: wire.KindObserver}, wakeRelease)
+	assert.True(t, ok && why == WakeSubscribed, "a subscription's confirmation must reach the observer")
+	r.Attempt(obs)
+	r.Wake("ch", wire.Wake{Kind: wire.KindObserver}, WakeRelease)
 	why, ok = pending(obs)
-	assert.True(t, ok && why == wakeRelease, "a new leader's notice must reach the observer")
+	assert.True(t, ok && why == WakeRelease, "a new leader's notice must reach the observer")
 
-	r.close()
-	r.attempt(obs)
+	r.Close()
+	r.Attempt(obs)
 	why, ok = pending(obs)
-	assert.True(t, ok && why == wakeClosed, "the Client's close must stay for the observer to see")
+	assert.True(t, ok && why == WakeClosed, "the Client's close must stay for the observer to see")
 }

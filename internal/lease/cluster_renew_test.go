@@ -1,14 +1,15 @@
-package dlock
+package lease
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/wire"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dlock-go/dlock/internal/wire"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -19,7 +20,7 @@ import (
 )
 
 // White-box tests of renew_cluster.go against a real 3-master cluster: one
-// call of renewals.send, with calls built as the watchdog builds them, and
+// call of renewals.send, with calls built as the Watchdog builds them, and
 // what it settles.
 func TestClusterRenew_Internal(t *testing.T) {
 	addrs := redistest.Cluster(t, 3)
@@ -31,10 +32,10 @@ func TestClusterRenew_Internal(t *testing.T) {
 // settled collects what a renewal send settles.
 type settled struct {
 	mu      sync.Mutex
-	results []renewResult
+	results []RenewResult
 }
 
-func (s *settled) settle(r renewResult) {
+func (s *settled) settle(r RenewResult) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.results = append(s.results, r)
@@ -42,23 +43,23 @@ func (s *settled) settle(r renewResult) {
 
 // byLease returns each lease's reply (1, 0, or -2 for an error), failing the
 // test when a lease is settled twice.
-func (s *settled) byLease(t *testing.T) map[*lease]int64 {
+func (s *settled) byLease(t *testing.T) map[*Lease]int64 {
 	t.Helper()
-	out := map[*lease]int64{}
+	out := map[*Lease]int64{}
 	for _, r := range s.results {
-		require.Len(t, r.replies, len(r.calls))
-		for i, b := range r.calls {
-			rep := r.replies[i]
-			if rep.err == nil {
-				require.Len(t, rep.res, len(b.leases))
+		require.Len(t, r.Replies, len(r.Calls))
+		for i, b := range r.Calls {
+			rep := r.Replies[i]
+			if rep.Err == nil {
+				require.Len(t, rep.Res, len(b.Leases))
 			}
-			for j, l := range b.leases {
+			for j, l := range b.Leases {
 				_, dup := out[l]
-				require.False(t, dup, "lease %s settled twice", l.key)
-				if rep.err != nil {
+				require.False(t, dup, "lease %s settled twice", l.Key)
+				if rep.Err != nil {
 					out[l] = -2
 				} else {
-					out[l] = rep.res[j]
+					out[l] = rep.Res[j]
 				}
 			}
 		}
@@ -104,7 +105,7 @@ func keysInSlot(prefix string, n int) ([]string, uint16) {
 	var out []string
 	var s uint16
 	for i := 0; len(out) < n; i++ {
-		k := DefaultKeyPrefix + "{" + fmt.Sprintf("%s-%d", prefix, i) + "}"
+		k := "dlock:{" + fmt.Sprintf("%s-%d", prefix, i) + "}"
 		switch {
 		case len(out) == 0:
 			s = wire.Slot(k)
@@ -174,24 +175,24 @@ func migratingSlotRenewedInTheSameSend(t *testing.T, addrs []string) {
 	host, port, _ := strings.Cut(dst, ":")
 	require.NoError(t, cn.nodes[src].Do(ctx, "migrate", host, port, "", 0, 5000, "keys", moving[0], moving[1]).Err())
 
-	leases := make([]*lease, len(all))
+	leases := make([]*Lease, len(all))
 	for i, k := range all {
-		leases[i] = &lease{key: k, arg: "oid-" + k, ttl: ttl, idx: -1}
+		leases[i] = &Lease{Key: k, Arg: "oid-" + k, TTL: ttl, idx: -1}
 	}
-	calls := (&watchdog{cluster: true}).batches(leases)
-	r := &renewals{rdb: cn.cc}
+	calls := (&Watchdog{cluster: true}).batches(leases)
+	r := &Renewals{rdb: cn.cc}
 	var got settled
 	before := time.Now()
-	r.send(ctx, calls, got.settle)
+	r.Send(ctx, calls, got.settle)
 
 	replies := got.byLease(t)
 	require.Len(t, replies, len(leases), "every lease settled once")
 	for _, l := range leases {
 		want := int64(1)
-		if l.key == gone {
+		if l.Key == gone {
 			want = 0
 		}
-		assert.Equal(t, want, replies[l], "reply for %s", l.key)
+		assert.Equal(t, want, replies[l], "reply for %s", l.Key)
 	}
 	assert.False(t, r.perSlot.Load(), "still per node")
 	// Each master's request settles once, as of its own send time; then
@@ -199,21 +200,21 @@ func migratingSlotRenewedInTheSameSend(t *testing.T, addrs []string) {
 	// -1, settled as of src's request, sent before it.
 	var srcSent time.Time
 	for _, res := range got.results {
-		assert.False(t, res.sent.Before(before))
-		for _, b := range res.calls {
-			if len(b.leases) > 1 && wire.Slot(b.keys[0]) == s {
-				srcSent = res.sent // the node's reply for moving[2] and moving[3]
+		assert.False(t, res.Sent.Before(before))
+		for _, b := range res.Calls {
+			if len(b.Leases) > 1 && wire.Slot(b.Keys[0]) == s {
+				srcSent = res.Sent // the node's reply for moving[2] and moving[3]
 			}
 		}
 	}
 	require.False(t, srcSent.IsZero(), "src renewed the keys it still has in one call")
 	retried := map[string]bool{}
 	for _, res := range got.results {
-		for i, b := range res.calls {
-			if wire.Slot(b.keys[0]) == s && len(b.leases) == 1 {
-				retried[b.keys[0]] = true
-				assert.Equal(t, srcSent, res.sent, "the retry of %s settled as of src's request", b.keys[0])
-				assert.Equal(t, 1, res.scripts[i], "one script call per retried lease")
+		for i, b := range res.Calls {
+			if wire.Slot(b.Keys[0]) == s && len(b.Leases) == 1 {
+				retried[b.Keys[0]] = true
+				assert.Equal(t, srcSent, res.Sent, "the retry of %s settled as of src's request", b.Keys[0])
+				assert.Equal(t, 1, res.Scripts[i], "one script call per retried lease")
 			}
 		}
 	}
@@ -246,49 +247,49 @@ func shebangRejectedFallsBackPerSlotForGood(t *testing.T, addrs []string) {
 	cn := newClusterNodes(t, addrs)
 	ctx := context.Background()
 	const ttl = 5 * time.Second
-	var leases []*lease
+	var leases []*Lease
 	for i := range 40 {
 		k, _ := keysInSlot(fmt.Sprintf("%s-%d", t.Name(), i), 1)
 		require.NoError(t, cn.cc.HSet(ctx, k[0], "o", "x").Err())
 		require.NoError(t, cn.cc.PExpire(ctx, k[0], time.Second).Err())
-		leases = append(leases, &lease{key: k[0], arg: "ox", ttl: ttl, idx: -1})
+		leases = append(leases, &Lease{Key: k[0], Arg: "ox", TTL: ttl, idx: -1})
 	}
 	src := scripts.Source("renew_node.lua")
 	require.True(t, strings.HasPrefix(src, "#!lua flags=allow-cross-slot-keys\n"))
-	r := &renewals{rdb: cn.cc, nodeScript: redis.NewScript("#" + strings.TrimPrefix(src, "#!"))}
+	r := &Renewals{rdb: cn.cc, nodeScript: redis.NewScript("#" + strings.TrimPrefix(src, "#!"))}
 	var got settled
-	r.send(ctx, (&watchdog{cluster: true}).batches(leases), got.settle)
+	r.Send(ctx, (&Watchdog{cluster: true}).batches(leases), got.settle)
 
 	replies := got.byLease(t)
 	require.Len(t, replies, len(leases))
 	for _, l := range leases {
-		assert.Equal(t, int64(1), replies[l], "reply for %s", l.key)
+		assert.Equal(t, int64(1), replies[l], "reply for %s", l.Key)
 	}
 	assert.True(t, r.perSlot.Load(), "per node turned off")
 	notices := 0
 	for _, res := range got.results {
-		if res.notice != nil {
+		if res.Notice != nil {
 			notices++
-			assert.Contains(t, res.notice.Error(), "Error compiling script (new function): user_script:1: unexpected symbol near '#'")
+			assert.Contains(t, res.Notice.Error(), "Error compiling script (new function): user_script:1: unexpected symbol near '#'")
 		}
 	}
 	assert.Equal(t, 1, notices, "one notice, however many nodes rejected the script")
 	for _, l := range leases {
-		d, err := cn.cc.PTTL(ctx, l.key).Result()
+		d, err := cn.cc.PTTL(ctx, l.Key).Result()
 		require.NoError(t, err)
-		assert.Greater(t, d, ttl-time.Second, "PTTL of %s", l.key)
+		assert.Greater(t, d, ttl-time.Second, "PTTL of %s", l.Key)
 	}
 
 	// From now on, per slot only, in one pipeline per node: each node's
 	// request settled on its own, all at the first try.
 	got = settled{}
-	r.send(ctx, (&watchdog{cluster: true}).batches(leases), got.settle)
+	r.Send(ctx, (&Watchdog{cluster: true}).batches(leases), got.settle)
 	require.Len(t, got.results, len(addrs), "one per-slot pipeline per node")
 	calls := 0
 	for _, res := range got.results {
-		calls += len(res.calls)
-		assert.Nil(t, res.notice)
-		for _, n := range res.scripts {
+		calls += len(res.Calls)
+		assert.Nil(t, res.Notice)
+		for _, n := range res.Scripts {
 			assert.Equal(t, 1, n, "one lease a call: one slot a call")
 		}
 	}

@@ -1,0 +1,101 @@
+package wait
+
+import (
+	"time"
+
+	"github.com/dlock-go/dlock/internal/lease"
+)
+
+// The registry's side of lock cohorting (see engine's cohort).
+
+// endCohort returns the waiters of channel that wait for a local handoff
+// only, and their places, in arrival order: the cohort releases to Redis,
+// whose script queues them there; wakeEnded then wakes them to try, which
+// keeps their places and starts their marks. They may wait on any handle of
+// the name: one that ran the cohort earlier and passed it on leaves its
+// local waiters to the cohort's next holders.
+func (r *Registry) EndCohort(channel, key string) (ws []*Waiter, places []string) {
+	if r.count.Load() == 0 {
+		return nil, nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			if w.cohort != nil && w.cohort.CohortKey() == key && w.local && w.grant == nil {
+				w.local = false
+				ws, places = append(ws, w), append(places, w.place)
+			}
+		}
+	}
+	return ws, places
+}
+
+// wakeEnded wakes the waiters endCohort returned: queued, when the release
+// sent at sent queued them in Redis, so that they start their waiting
+// marks; else to try. It returns the places of those that left meanwhile
+// (their ctx ended), which the release queued after their own cancel may
+// have run: the caller must take them out of the queue, passing on a lock
+// handed to one. A waiter that leaves after this cancels after the release
+// has run, so its own cancel finds its place.
+func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []string) {
+	if len(ws) == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range ws {
+		if w.left {
+			if queued {
+				gone = append(gone, w.place)
+			}
+			continue
+		}
+		if w.grant != nil {
+			continue
+		}
+		if queued {
+			w.queuedAt = sent
+			w.signal(WakeQueued)
+		} else {
+			w.signal(WakeLocal)
+		}
+	}
+	return gone
+}
+
+// queuedAt returns when the release that queued w was sent.
+func (r *Registry) QueuedAt(w *Waiter) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.queuedAt
+}
+
+// pickCohort gives a hold to the first waiter of channel on a cohorting
+// Mutex handle of key that has none pending: give makes the hold (nil:
+// none), and the waiter is woken with wakeCohort. It returns the waiter, or
+// nil.
+func (r *Registry) PickCohort(channel, key string, give func(w *Waiter) *lease.Hold) *Waiter {
+	if r.count.Load() == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.queues[channel]
+	if q == nil || r.closed {
+		return nil
+	}
+	for w := q.head; w != nil; w = w.next {
+		if w.cohort == nil || w.cohort.CohortKey() != key || w.grant != nil {
+			continue
+		}
+		g := give(w)
+		if g == nil {
+			return nil
+		}
+		w.grant = g
+		w.signal(WakeCohort)
+		return w
+	}
+	return nil
+}
