@@ -154,7 +154,7 @@ func (k *counted) release(ctx context.Context, op string) error {
 	if err == nil && n <= 0 && l != nil {
 		c.forgetHold(k.hk, l)
 	}
-	return k.h.settleRelease(op, l, n, err)
+	return k.h.settleRelease(op, l, n, err, false)
 }
 
 // lease returns the hold this Client tracks for the owner, or nil.

@@ -397,12 +397,52 @@ func TestFault_UnlockInFlightPastTheDeadline_LostStillFiresFirst(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// An Unlock whose release reaches Redis while the hold is still there
+// releases it, even if the hold's deadline passed while the release was in
+// flight and Lost fired for it: Redis found the acquisition's own ID, so
+// nobody held the lock in between, and Unlock returns nil. Found by the
+// torture suite (seed 1126): a waiter handed the lock near the end of its
+// waiting mark, on a slow link, called Unlock at once; Lost fired on the
+// way, and Unlock said the hold had been lost before it, which it had not:
+// it had released the lock and handed it to the next waiter.
+//
+// The link is slowed so that a fixed lease's grant arrives with little
+// more than the third of it a grant must leave, and the Unlock sent at once
+// reaches Redis well inside the lease, but returns after its deadline.
+func TestFault_UnlockLandsBeforeExpiryButReturnsPastTheDeadline_ReleasedNotLost(t *testing.T) {
+	e := realEnv(t)
+	const lease, oneWay = 600 * time.Millisecond, 170 * time.Millisecond
+	rdb, proxy := e.proxied()
+	c := e.client(rdb)
+	ctx := ctxTimeout(t, 20*time.Second)
+	m := c.Mutex(name(t), dlock.WithLease(lease))
+	require.NoError(t, m.Lock(ctx)) // connections dialled before the link slows
+	require.NoError(t, m.Unlock(ctx))
+	proxy.SetLatency(oneWay, oneWay)
+	require.NoError(t, m.Lock(ctx))
+	lost := m.Lost()
+	require.NoError(t, m.Unlock(ctx), "Redis released the hold: the Unlock succeeded")
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the hold's deadline passed while the Unlock was in flight, and Lost had not fired")
+	}
+	proxy.SetLatency(0, 0)
+	st, err := c.Status(ctx, m.Name())
+	if err == nil {
+		assert.False(t, st.Held(), "the lock is still held after Unlock: %+v", st)
+	} else {
+		require.ErrorIs(t, err, dlock.ErrNotFound)
+	}
+}
+
 // dialOrder records when each connection is dialled, and when the first
 // script call's reply came.
 type dialOrder struct {
 	mu     sync.Mutex
 	dials  []time.Time
-	script time.Time // the first script call's reply
+	pings  []time.Time // warm-ups sent: pipelines of one PING
+	script time.Time   // the first script call's reply
 	begun  time.Time // when that call was sent
 }
 
@@ -440,6 +480,11 @@ func (h *dialOrder) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h *dialOrder) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		begun := time.Now()
+		if len(cmds) == 1 && cmds[0].Name() == "ping" {
+			h.mu.Lock()
+			h.pings = append(h.pings, begun)
+			h.mu.Unlock()
+		}
 		err := next(ctx, cmds)
 		h.scripted(cmds, begun)
 		return err
@@ -459,13 +504,17 @@ func TestMutex_FreshClientsFirstTry_RunsBeforeTheWarmUps(t *testing.T) {
 		rdb := e.rdb(h)
 		c := e.client(rdb)
 		m := c.Mutex(name(t))
+		start := time.Now() // before the warm-ups' timer is armed
 		ok, err := m.TryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
+		// The warm-ups are sent (they dial a connection each when they
+		// overlap, as they do on a slow link; on a loaded machine they may
+		// run one after the other on one connection).
 		require.Eventually(t, func() bool {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			return len(h.dials) >= 1+dlock.WarmConns
+			return len(h.pings) >= dlock.WarmConns
 		}, 5*time.Second, time.Millisecond, "the renewal connections were never warmed")
 		h.mu.Lock()
 		before := 0
@@ -474,7 +523,10 @@ func TestMutex_FreshClientsFirstTry_RunsBeforeTheWarmUps(t *testing.T) {
 				before++
 			}
 		}
-		took := h.script.Sub(h.begun)
+		for _, p := range h.pings {
+			assert.False(t, p.Before(h.begun), "round %d: a warm-up was sent before the first try", round)
+		}
+		took := h.script.Sub(start)
 		h.mu.Unlock()
 		if took < 5*time.Millisecond { // warm-ups start beside a try that takes longer
 			assert.Equal(t, 1, before, "round %d: connections dialled before the first try's reply (%v)", round, took)

@@ -222,6 +222,11 @@ func (t *mutexTry) unknownOutcome(a *acquisition, err error) error {
 // sends its request even when ctx has ended, since leaving a lock behind is
 // worse than a late call; ctx still carries values such as trace spans.
 //
+// Lost may fire while the Unlock is on its way, when the hold's deadline
+// passes before Redis answers (a slow link): if Redis then still had the
+// hold and released it, Unlock returns nil, since nobody held the lock in
+// between.
+//
 // When Unlock fails (Redis could not be reached, or its reply was lost), the
 // hold may still be held on the server. It is no longer renewed, so it ends
 // by its lease at the latest, and Lost fires then; the failure is logged.
@@ -308,7 +313,7 @@ func (m *Mutex) release(ctx context.Context, l *lease.Hold, op string) error {
 		}
 		m.mu.Unlock()
 	}
-	return m.settleRelease(op, l, remaining, err)
+	return m.settleRelease(op, l, remaining, err, true)
 }
 
 // Extend makes the handle's hold end lease from now (from when Redis runs

@@ -39,8 +39,10 @@ func (p *Permit) Token() uint64 {
 // Release gives the permits back and wakes the waiters they can serve. A
 // second Release, or one after the lease expired, returns an error matching
 // ErrNotHeld (and ErrLost, when the lease ran out) and changes no count.
-// Like Mutex.Unlock, it runs even when ctx has ended, and when it fails the
-// permit is no longer renewed: it ends by its lease at the latest. Releasing
+// Like Mutex.Unlock, it runs even when ctx has ended, it returns nil when
+// Redis released the permits although Lost fired on the way, and when it
+// fails the permit is no longer renewed: it ends by its lease at the
+// latest. Releasing
 // a Permit of no permits does nothing.
 func (p *Permit) Release(ctx context.Context) (err error) {
 	if p.l == nil {
@@ -68,7 +70,7 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 		p.done = true
 		n = min(n, 0) // 0: released; -1: held none
 	}
-	return s.settleRelease("release", p.l, n, err)
+	return s.settleRelease("release", p.l, n, err, true)
 }
 
 // Extend makes the permit end lease from now (see Mutex.Extend). After

@@ -42,11 +42,11 @@ func (rm *rlMutex) unlock(ctx context.Context, l *lease.Hold) error {
 			m.hold = l // let the caller retry
 		}
 		m.mu.Unlock()
-		return m.settleRelease("unlock", l, 0, err)
+		return m.settleRelease("unlock", l, 0, err, false)
 	case released == 0:
-		return m.settleRelease("unlock", l, -1, nil)
+		return m.settleRelease("unlock", l, -1, nil, false)
 	}
-	return m.settleRelease("unlock", l, 0, nil)
+	return m.settleRelease("unlock", l, 0, nil, false)
 }
 
 // extend runs Extend on every master: applied when a quorum applied it.

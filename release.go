@@ -23,8 +23,10 @@ func (h *handle) beginRelease(l *lease.Hold) {
 // settleRelease records the outcome of op's release script for hold l (nil
 // when this Client tracks none): err when the script failed to run, else
 // remaining, the holds the owner has left (0: released; -1: it held none;
-// more: a counted hold that goes on).
-func (h *handle) settleRelease(op string, l *lease.Hold, remaining int64, err error) error {
+// more: a counted hold that goes on). unique says that l's holder ID is
+// unique to its acquisition, so that a script that released it proves l
+// was held until then (see lease.Watchdog.Released).
+func (h *handle) settleRelease(op string, l *lease.Hold, remaining int64, err error, unique bool) error {
 	w := h.c.wd
 	switch {
 	case err != nil:
@@ -48,7 +50,7 @@ func (h *handle) settleRelease(op string, l *lease.Hold, remaining int64, err er
 		w.Lose(&l.Lease, fmt.Errorf("%w: hold gone at %s", ErrLost, op))
 		return opErr(op, h.name, "", ErrLost, ErrNotHeld)
 	case l != nil:
-		if cause := w.Released(&l.Lease); cause != nil {
+		if cause := w.Released(&l.Lease, unique); cause != nil {
 			return opErr(op, h.name, "", cause)
 		}
 	}

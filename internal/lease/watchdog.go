@@ -221,11 +221,19 @@ func (w *Watchdog) AbortRelease(l *Lease, failed bool) {
 
 // Released ends l after a successful release. It returns the cause when l
 // had been lost before, so the release can say so, and nil otherwise.
-func (w *Watchdog) Released(l *Lease) (lostCause error) {
+//
+// proven says that the release found l's holder ID on the server, an ID
+// unique to the acquisition that took l (a Mutex's hold, a permit): l was
+// then held without a break until the release, even if its deadline passed
+// while the release was in flight and l was reported lost for it. The
+// release then returns nil: what the server did is known, and nobody held
+// in between. (A counted hold's owner ID may be shared, so its release
+// proves nothing of the kind.)
+func (w *Watchdog) Released(l *Lease, proven bool) (lostCause error) {
 	w.mu.Lock()
 	defer w.unlock()
 	l.releasing = false
-	if l.state == leaseLost {
+	if l.state == leaseLost && !proven {
 		if h, ok := l.of.(*Hold); ok {
 			return h.cause
 		}
