@@ -7,6 +7,10 @@
 //
 //	go run ./cmd/dlock-torture [-duration 1m] [-seed N] [-workers 4] [-goroutines 4]
 //	    [-lease 1s] [-prims all] [-faults all] [-names 3] [-out torture-out]
+//	go run ./cmd/dlock-torture -check torture-out/history.jsonl [-out dir]
+//
+// With -check it runs no workload: it checks a history recorded before (for
+// instance after a change to the checkers), and exits as a run would.
 //
 // It needs redis-server on PATH. It exits 0 when every checker passed, 1
 // when one found a violation (the report says which, and the seed that
@@ -23,6 +27,8 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock/internal/torture"
+	"github.com/dlock-go/dlock/internal/torture/check"
+	"github.com/dlock-go/dlock/internal/torture/history"
 )
 
 func main() {
@@ -45,11 +51,15 @@ func run(args []string) int {
 	fs.StringVar(&cfg.OutDir, "out", cfg.OutDir, "directory for the history and the report")
 	prims := fs.String("prims", "all", "primitives, comma-separated: "+strings.Join(torture.AllPrims, ","))
 	faults := fs.String("faults", "all", "faults, comma-separated, or none: "+strings.Join(torture.AllFaults, ","))
+	recheck := fs.String("check", "", "check this recorded history (history.jsonl) instead of running")
 	fs.BoolVar(&cfg.BreakLost, "break-lost", false, "workers are never told of a lost hold, as if dlock failed to say (to see the checkers catch it)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	var err error
+	if *recheck != "" {
+		return checkFile(*recheck, cfg)
+	}
 	if cfg.Prims, err = torture.ParseList(*prims, torture.AllPrims); err != nil {
 		fmt.Fprintln(os.Stderr, "dlock-torture: -prims:", err)
 		return 2
@@ -71,5 +81,23 @@ func run(args []string) int {
 	if !res.OK() {
 		return 1
 	}
+	return 0
+}
+
+// checkFile checks the history at path, as a run checks its own: the
+// lease and period come from the history's settings.
+func checkFile(path string, cfg torture.Config) int {
+	evs, err := history.Load(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dlock-torture:", err)
+		return 2
+	}
+	rep := check.Check(evs, check.Options{OutDir: cfg.OutDir})
+	fmt.Print(rep.String())
+	if !rep.OK() {
+		fmt.Println("\nresult: FAILED")
+		return 1
+	}
+	fmt.Println("\nresult: OK")
 	return 0
 }

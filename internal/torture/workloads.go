@@ -165,6 +165,7 @@ func (t *task) handOver() {
 		t.point(history.Lost, history.Event{Holder: bearer})
 		return
 	}
+	t.point(history.Claimed, history.Event{Holder: bearer})
 	// The bearer's deadline, as dlock's own: the extension's send time plus
 	// the lease, less the drift margin.
 	deadline := sent.Add(lease - lease/100 - 2*time.Millisecond)

@@ -9,7 +9,10 @@
 // Election's Campaign is Lock) and belongs to a lock space and name
 // (history.Space). A MultiLock's OK Lock starts one hold per member name in
 // the mutex space; its Unlock or Lost ends them all. After a Point Handed
-// the hold continues under NewHolder. Reentrant and RW holds are counted per
+// the hold continues under NewHolder; until the new holder's Point Claimed
+// (its ExtendRef succeeded) nobody acts on it, so a Lost that comes before
+// the claim ends the hold at [Handed, Lost], as a release of unknown
+// outcome would. Reentrant and RW holds are counted per
 // owner (an RW owner has a read hold and a write hold): a hold runs from the
 // acquisition that takes the count from 0 to the release that takes it back
 // to 0.

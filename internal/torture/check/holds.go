@@ -88,6 +88,10 @@ type hold struct {
 	relEv    int
 	lostT    int64
 	hasLost  bool
+	// A hand-over not yet claimed: from handedT until the bearer's Claimed
+	// point nobody acts on the hold, and it may end at any moment.
+	handedT  int64
+	claimed  bool
 	lateUsed bool // a release invoked before the Lost already attached
 
 	// The exemption, if any: the model end is then exEnd, not end.
@@ -436,6 +440,8 @@ func (r *run) point(i int) {
 		r.lost(i)
 	case e.F == history.Handed:
 		r.handed(i)
+	case e.F == history.Claimed:
+		r.claimed(i)
 	case !nemesis(e):
 	case e.F == history.Pause:
 		p, err := strconv.Atoi(e.Target)
@@ -491,6 +497,11 @@ func (r *run) lostHold(h *hold, i int) bool {
 	case stOpen:
 		delete(r.open, h)
 		h.kind, h.end, h.endStart, h.freeAt, h.endEv, h.state = endLost, span{e.T, e.T}, e.T, e.T, i, stLost
+		if h.handedT > 0 && !h.claimed {
+			// Handed over and never claimed: the hold ended at some moment
+			// since the hand-over, which nobody acted on.
+			h.end, h.endStart = span{h.handedT, e.T}, h.handedT
+		}
 	case stReleasing:
 		// The release's outcome was unknown or refused: the Lost dates
 		// the end.
@@ -508,6 +519,16 @@ func (r *run) lostHold(h *hold, i int) bool {
 	return true
 }
 
+// claimed records that the bearer of a handed hold claimed it.
+func (r *run) claimed(i int) {
+	e := &r.evs[i]
+	for _, key := range r.keysFor(e.Holder, history.Mutex, "", false) {
+		if h := r.latest(key); h != nil && h.state == stOpen {
+			h.claimed = true
+		}
+	}
+}
+
 func (r *run) handed(i int) {
 	e := &r.evs[i]
 	if e.NewHolder == "" {
@@ -519,6 +540,7 @@ func (r *run) handed(i int) {
 			continue
 		}
 		h.holders = append(h.holders, e.NewHolder)
+		h.handedT, h.claimed = e.T, false
 		if !h.hasProc(e.Proc) && e.Proc >= 0 {
 			h.procs = append(h.procs, e.Proc)
 		}

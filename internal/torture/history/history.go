@@ -103,6 +103,10 @@ const (
 	Write      = "write"      // a fenced write with Tok under Holder's hold: OK admitted, Fail refused (stale)
 	Lost       = "lost"       // Point: Holder's hold signalled Lost (Read: its read hold)
 	Handed     = "handed"     // Point: HandOver moved Holder's hold to NewHolder
+	// Claimed (Point): the bearer Holder of a handed hold claimed it (its
+	// ExtendRef succeeded) and acts on it from here. Until then nobody
+	// acts on the hold, and its lease may end at any moment.
+	Claimed = "claimed"
 )
 
 // Nemesis functions (Prim Nemesis, Kind Point). A fault has a start and an
