@@ -7,6 +7,8 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Operations on primitives by name, whatever their kind: for operators and
@@ -30,7 +32,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (released bool, e
 	case KindRWMutex:
 		return c.RWMutex(name).ForceUnlock(ctx)
 	}
-	return false, opErr("forceunlock", name, "a "+st.Kind+" has no holder to force out", ErrInvalid)
+	return false, errs.Op("forceunlock", name, "a "+st.Kind+" has no holder to force out", ErrInvalid)
 }
 
 // listConcurrency is how many Status reads List keeps in flight.
@@ -42,27 +44,27 @@ const listConcurrency = 8
 // meant for operators: a scan walks the whole keyspace, and the result is
 // not one snapshot, as primitives may come and go while it runs.
 func (c *Client) List(ctx context.Context, pattern string) ([]Status, error) {
-	if c.err != nil {
-		return nil, c.err
+	if c.core.Err != nil {
+		return nil, c.core.Err
 	}
-	if c.closed.Load() {
+	if c.core.Closed() {
 		return nil, ErrClosed
 	}
 	if ctx == nil {
-		return nil, opErr("list", pattern, "nil context", ErrInvalid)
+		return nil, errs.Op("list", pattern, "nil context", ErrInvalid)
 	}
 	if pattern == "" {
 		pattern = "*"
 	}
 	if why := badGlob(pattern); why != "" {
-		return nil, opErr("list", pattern, why, ErrInvalid)
+		return nil, errs.Op("list", pattern, why, ErrInvalid)
 	}
 	names, err := c.scanNames(ctx, pattern)
 	if err != nil {
-		return nil, opErr("list", pattern, "", err)
+		return nil, errs.Op("list", pattern, "", err)
 	}
 	out := make([]Status, len(names))
-	errs := make([]error, len(names))
+	fails := make([]error, len(names))
 	sem := make(chan struct{}, listConcurrency)
 	var wg sync.WaitGroup
 	for i, n := range names {
@@ -71,15 +73,15 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Status, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			h := c.newHandle("list", n, 0, nil)
-			out[i], errs[i] = h.statusAs(ctx, "list", "")
+			h := c.core.NewHandle("list", n, 0, 0, nil)
+			out[i], fails[i] = readStatus(ctx, h, "list", "")
 		}()
 	}
 	wg.Wait()
 	kept := out[:0]
 	for i, st := range out {
-		if errs[i] != nil {
-			return nil, errs[i]
+		if fails[i] != nil {
+			return nil, fails[i]
 		}
 		if st.Kind != "" { // gone since the scan
 			kept = append(kept, st)
@@ -91,14 +93,14 @@ func (c *Client) List(ctx context.Context, pattern string) ([]Status, error) {
 // scanNames returns the names of the main keys under the prefix that match
 // pattern, sorted and without duplicates.
 func (c *Client) scanNames(ctx context.Context, pattern string) ([]string, error) {
-	match := escapeGlob(c.cfg.prefix) + "{" + pattern + "}"
+	match := escapeGlob(c.core.Cfg.Prefix) + "{" + pattern + "}"
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, rdb redis.Cmdable) error {
 		it := rdb.Scan(ctx, 0, match, 1000).Iterator()
 		for it.Next(ctx) {
 			k := it.Val()
-			rest, ok := strings.CutPrefix(k, c.cfg.prefix+"{")
+			rest, ok := strings.CutPrefix(k, c.core.Cfg.Prefix+"{")
 			if !ok || !strings.HasSuffix(rest, "}") || len(rest) < 2 {
 				continue
 			}
@@ -109,13 +111,13 @@ func (c *Client) scanNames(ctx context.Context, pattern string) ([]string, error
 		return it.Err()
 	}
 	var err error
-	switch rdb := c.rdb.(type) {
+	switch rdb := c.core.RDB.(type) {
 	case *redis.ClusterClient:
 		err = rdb.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return scan(ctx, node) })
 	case *redis.Ring:
 		err = rdb.ForEachShard(ctx, func(ctx context.Context, shard *redis.Client) error { return scan(ctx, shard) })
 	default:
-		err = scan(ctx, c.rdb)
+		err = scan(ctx, c.core.RDB)
 	}
 	if err != nil {
 		return nil, err

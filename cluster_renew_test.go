@@ -289,6 +289,7 @@ func runClusterRenewalCost(t *testing.T, holds int) {
 }
 
 func TestCluster_Renewals_PerNode_10kHolds_ScriptCallsPerPeriod(t *testing.T) {
+	long(t)
 	if testing.Short() {
 		t.Skip("-short")
 	}
@@ -302,6 +303,7 @@ func TestCluster_Renewals_PerNode_10kHolds_ScriptCallsPerPeriod(t *testing.T) {
 // MOVED redirects) in the same round: no hold is lost, and the moved keys
 // keep their lease on the new node.
 func TestCluster_Renewals_SlotMigratedMidHold_MovedHoldsStillRenewed(t *testing.T) {
+	long(t)
 	addrs := redistest.Cluster(t, 3)
 	nodes := clusterMasters(t, addrs)
 	h := newRenewTally()
@@ -422,6 +424,7 @@ func TestCluster_Renewals_SlotMigratedMidHold_MovedHoldsStillRenewed(t *testing.
 // for good, from the first round on; no hold is lost; the Client says so
 // once in its log.
 func TestCluster_Renewals_ShebangRejected_FallBackPerSlot(t *testing.T) {
+	long(t)
 	addrs := redistest.Cluster(t, 3)
 	old := "#" + strings.TrimPrefix(scripts.Source("renew_node.lua"), "#!")
 	h := newRenewTally(old)
@@ -510,6 +513,7 @@ func TestCluster_Renewals_RejectsScriptFlags_ClassifiesServerErrors(t *testing.T
 // per slot (the fallback for servers without script flags), which also
 // sends each node's calls on their own.
 func TestCluster_Renewals_MasterDown_OthersRenewedOnTime(t *testing.T) {
+	long(t)
 	for _, tc := range []struct {
 		how string
 		sig syscall.Signal

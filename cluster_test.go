@@ -27,6 +27,7 @@ func clusterClient(t *testing.T, addrs []string, hooks ...redis.Hook) *redis.Clu
 }
 
 func TestCluster_MutexAndReentrant_ExcludeAndWakeAcrossNodes(t *testing.T) {
+	long(t)
 	addrs := redistest.Cluster(t, 3)
 	ctx := ctxTimeout(t, time.Minute)
 	check := clusterClient(t, addrs)
@@ -115,6 +116,7 @@ func TestCluster_BlockedWaiter_WokenByPublishFromAnotherNode(t *testing.T) {
 }
 
 func TestCluster_Watchdog_RenewsHoldsOnEverySlot(t *testing.T) {
+	long(t)
 	addrs := redistest.Cluster(t, 3)
 	cnt := newCounter()
 	const timeout = 1500 * time.Millisecond
@@ -148,6 +150,7 @@ func TestCluster_Watchdog_RenewsHoldsOnEverySlot(t *testing.T) {
 }
 
 func TestCluster_RWMutexSemaphoreLatch_WorkAcrossNodes(t *testing.T) {
+	long(t)
 	addrs := redistest.Cluster(t, 3)
 	ctx := ctxTimeout(t, 30*time.Second)
 	a := dlock.New(clusterClient(t, addrs), dlock.WithWatchdogTimeout(1500*time.Millisecond))

@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // requireFreeWithEmptyQueue checks that the lock called n is free and that
@@ -22,12 +22,12 @@ func requireFreeWithEmptyQueue(t *testing.T, c *Client, m *Mutex) {
 	locked, err := m.IsLocked(ctx)
 	require.NoError(t, err)
 	require.False(t, locked, "the lock is held after its last Unlock (handed to a place nobody claims)")
-	queued, err := c.rdb.ZRange(ctx, m.x.keys[1], 0, -1).Result()
+	queued, err := c.core.RDB.ZRange(ctx, m.h.Keys[1], 0, -1).Result()
 	require.NoError(t, err)
 	require.Empty(t, queued, "places left in the queue in Redis")
-	other := New(c.rdb)
+	other := New(c.core.RDB)
 	defer other.Close()
-	ok, err := other.Mutex(m.name).TryLock(ctx)
+	ok, err := other.Mutex(m.h.Name).TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok, "another Client cannot take the free lock")
 }
@@ -37,12 +37,12 @@ func requireFreeWithEmptyQueue(t *testing.T, c *Client, m *Mutex) {
 // which makes it look again in Redis.
 func subscribed(t *testing.T, c *Client, m *Mutex) {
 	t.Helper()
-	_, err := c.hub.Acquire(context.Background(), m.channel)
+	_, err := c.core.Hub().Acquire(context.Background(), m.h.Channel)
 	require.NoError(t, err)
-	t.Cleanup(func() { c.hub.Release(m.channel) })
+	t.Cleanup(func() { c.core.Hub().Release(m.h.Channel) })
 	require.Eventually(t, func() bool {
-		confirmed, err := c.hub.Acquire(context.Background(), m.channel)
-		c.hub.Release(m.channel)
+		confirmed, err := c.core.Hub().Acquire(context.Background(), m.h.Channel)
+		c.core.Hub().Release(m.h.Channel)
 		return err == nil && confirmed
 	}, 5*time.Second, time.Millisecond)
 }
@@ -66,8 +66,8 @@ func TestMutexCohort_LocalTimerRacesHandoff_LeavesNoPlaceInRedis(t *testing.T) {
 	subscribed(t, c, short)
 	handed := make(chan struct{})
 	var once sync.Once
-	c.loop.BeforeRetry = func(w *wait.Waiter) {
-		if w.Cohort() == short {
+	c.core.Loop.BeforeRetry = func(w *wait.Waiter) {
+		if w.Cohort() == wait.Cohort(short.lk.(*engine.Mutex)) {
 			once.Do(func() { <-handed })
 		}
 	}
@@ -108,12 +108,12 @@ func TestMutexCohort_WaiterCancelledWhileReleaseQueuesIt_LeavesNoPlaceInRedis(t 
 	go func() { done <- m.Lock(wctx) }() // waits locally: the cohort runs
 	time.Sleep(5 * time.Millisecond)
 	var once sync.Once
-	c.hooks = &testHooks{beforeCohortRelease: func() {
+	c.core.Hooks.BeforeCohortRelease = func() {
 		once.Do(func() {
 			cancel()
 			require.ErrorIs(t, <-done, ErrNotObtained) // it left, and cancelled its (absent) place
 		})
-	}}
+	}
 	require.NoError(t, m.Unlock(context.Background()))
 	requireFreeWithEmptyQueue(t, c, m)
 }

@@ -8,12 +8,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Election elects one leader among campaigners, across processes, as etcd's
@@ -42,7 +42,7 @@ func (c *Client) Election(name string, opts ...LockOption) *Election {
 }
 
 // Name returns the election's name, without the key prefix.
-func (e *Election) Name() string { return e.m.name }
+func (e *Election) Name() string { return e.m.h.Name }
 
 // Campaign blocks until the handle is the leader, ctx ends, or the Client
 // closes; then it publishes value, which must not be empty, as the leader's,
@@ -56,7 +56,7 @@ func (e *Election) Name() string { return e.m.name }
 func (e *Election) Campaign(ctx context.Context, value string) error {
 	if value == "" {
 		// Leader would return "" for it, which reads as nobody's value.
-		return opErr("campaign", e.m.name, "an empty value", ErrInvalid)
+		return errs.Op("campaign", e.m.h.Name, "an empty value", ErrInvalid)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -76,32 +76,28 @@ func (e *Election) Campaign(ctx context.Context, value string) error {
 
 // leads reports whether the handle holds its lock and has not lost it.
 func (m *Mutex) leads() bool {
-	m.mu.Lock()
-	l := m.hold
-	m.mu.Unlock()
-	return l != nil && m.c.wd.IsHeld(&l.Lease)
+	l := m.slot.Get()
+	return l != nil && m.h.C.WD.IsHeld(&l.Lease)
 }
 
 // proclaim publishes value as the handle's leadership's.
 func (e *Election) proclaim(ctx context.Context, value string) error {
 	m := e.m
-	m.mu.Lock()
-	l := m.hold
-	m.mu.Unlock()
+	l := m.slot.Get()
 	if l == nil {
-		return opErr("campaign", m.name, "", ErrLost)
+		return errs.Op("campaign", m.h.Name, "", ErrLost)
 	}
-	c := m.c
-	ok, err := c.script(detach(ctx), scripts.ElectionProclaim, []string{m.keys[0], m.keys[1], m.channel}, l.Spec.ID, value, c.id).Int()
+	c := m.h.C
+	ok, err := c.Script(engine.Detach(ctx), scripts.ElectionProclaim, []string{m.h.Keys[0], m.h.Keys[1], m.h.Channel}, l.Spec.ID, value, c.ID).Int()
 	if err != nil {
-		return m.fail("campaign", err)
+		return m.h.Fail("campaign", err)
 	}
 	if ok != 1 {
-		c.wd.Lose(&l.Lease, fmt.Errorf("%w: leadership gone before its value was published", ErrLost))
-		return opErr("campaign", m.name, "", ErrLost)
+		c.WD.Lose(&l.Lease, fmt.Errorf("%w: leadership gone before its value was published", ErrLost))
+		return errs.Op("campaign", m.h.Name, "", ErrLost)
 	}
 	// This Client's own observers: the notice it published is ignored here.
-	c.waits.Wake(m.channel, wire.Wake{Kind: wire.KindObserver}, wait.WakeRelease)
+	c.Waits.Wake(m.h.Channel, wire.Wake{Kind: wire.KindObserver}, wait.WakeRelease)
 	return nil
 }
 
@@ -123,7 +119,7 @@ func (e *Election) Leader(ctx context.Context) (string, error) {
 		return "", err
 	}
 	if li.id == "" {
-		return "", opErr("leader", e.m.name, "", ErrNoLeader)
+		return "", errs.Op("leader", e.m.h.Name, "", ErrNoLeader)
 	}
 	return li.value, nil
 }
@@ -138,12 +134,12 @@ type leaderInfo struct {
 
 func (e *Election) leader(ctx context.Context) (leaderInfo, error) {
 	m := e.m
-	if err := m.usable(ctx); err != nil {
+	if err := m.h.Usable(ctx); err != nil {
 		return leaderInfo{}, err
 	}
-	res, err := m.c.script(ctx, scripts.ElectionLeader, m.keys[:1]).Slice()
+	res, err := m.h.C.Script(ctx, scripts.ElectionLeader, m.h.Keys[:1]).Slice()
 	if err != nil {
-		return leaderInfo{}, m.fail("leader", err)
+		return leaderInfo{}, m.h.Fail("leader", err)
 	}
 	var li leaderInfo
 	if len(res) == 4 {
@@ -169,7 +165,7 @@ func (e *Election) leader(ctx context.Context) (leaderInfo, error) {
 // the latest.
 func (e *Election) Observe(ctx context.Context) <-chan string {
 	out := make(chan string)
-	if e.m.usable(ctx) != nil {
+	if e.m.h.Usable(ctx) != nil {
 		close(out)
 		return out
 	}
@@ -177,7 +173,7 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 	return out
 }
 
-// observe runs an Observe, waiting as wait.go's protocol does, as an
+// observe runs an Observe, waiting as internal/wait's protocol does, as an
 // observer: only a new leader's notice wakes it, and the subscription's
 // confirmation (first, and after every reconnect, since a notice may have
 // been missed meanwhile), and the Client's close, which ends it even while
@@ -185,28 +181,28 @@ func (e *Election) Observe(ctx context.Context) <-chan string {
 // ever picks it.
 func (e *Election) observe(ctx context.Context, out chan<- string) {
 	defer close(out)
-	m, c := e.m, e.m.c
-	w, err := c.waits.Join(m.channel, wait.As{Kind: wire.KindObserver})
+	m, c := e.m, e.m.h.C
+	w, err := c.Waits.Join(m.h.Channel, wait.As{Kind: wire.KindObserver})
 	if err != nil {
 		return
 	}
-	defer c.waits.Leave(w, true) // a notice wakes every observer: nothing to pass on
-	sctx, cancel := context.WithTimeout(detach(ctx), wait.SubscribeTimeout)
-	_, err = c.hub.Acquire(sctx, m.channel)
+	defer c.Waits.Leave(w, true) // a notice wakes every observer: nothing to pass on
+	sctx, cancel := context.WithTimeout(engine.Detach(ctx), wait.SubscribeTimeout)
+	_, err = c.Hub().Acquire(sctx, m.h.Channel)
 	cancel()
 	if err != nil {
 		return
 	}
-	defer c.hub.Release(m.channel)
-	c.tel.Waiters(1, telemetry.KindElection+"_observer", m.name)
-	defer c.tel.Waiters(-1, telemetry.KindElection+"_observer", m.name)
+	defer c.Hub().Release(m.h.Channel)
+	c.Tel.Waiters(1, telemetry.KindElection+"_observer", m.h.Name)
+	defer c.Tel.Waiters(-1, telemetry.KindElection+"_observer", m.h.Name)
 
 	o := observer{e: e, ctx: ctx, out: out, w: w, timer: time.NewTimer(time.Hour)}
 	defer o.timer.Stop()
 	for {
 		// A wake-up that comes during the look is kept for the next one;
 		// the Client's close is never consumed here.
-		c.waits.Attempt(w)
+		c.Waits.Attempt(w)
 		next, woken, ok := o.look()
 		if !ok {
 			return
@@ -233,22 +229,22 @@ type observer struct {
 // reader (then it must look again at once), and false when the Observe
 // ends.
 func (o *observer) look() (next time.Duration, woken, ok bool) {
-	c := o.e.m.c
+	c := o.e.m.h.C
 	o.looked++
-	li, err := o.e.leader(detach(o.ctx))
+	li, err := o.e.leader(engine.Detach(o.ctx))
 	switch {
 	case errors.Is(err, ErrClosed):
 		return 0, false, false
 	case err != nil || li.id == "":
-		return c.markLease(), false, true // nobody leads, or Redis unreachable: look again after a while
+		return c.MarkLease(), false, true // nobody leads, or Redis unreachable: look again after a while
 	case li.id == o.last.id && li.value == o.last.value:
-		return c.loop.RetryAfter(li.left), false, true
+		return c.Loop.RetryAfter(li.left), false, true
 	}
 	for {
 		select {
 		case o.out <- li.value:
 			o.last = li
-			return c.loop.RetryAfter(li.left), woken, true
+			return c.Loop.RetryAfter(li.left), woken, true
 		case <-o.ctx.Done():
 			return 0, false, false
 		case why := <-o.w.C():
@@ -263,7 +259,7 @@ func (o *observer) look() (next time.Duration, woken, ok bool) {
 // sleep waits for a wake-up, or for d, and reports false when the Observe
 // ends instead.
 func (o *observer) sleep(d time.Duration) bool {
-	c := o.e.m.c
+	c := o.e.m.h.C
 	at := time.Now().Add(d)
 	o.timer.Reset(d)
 	for {
@@ -272,7 +268,7 @@ func (o *observer) sleep(d time.Duration) bool {
 			if why == wait.WakeRetime {
 				// The lock changed hands: look again when the new hold
 				// ends, if that comes first.
-				if r := c.waits.Retimed(o.w).Add(time.Millisecond); r.Before(at) {
+				if r := c.Waits.Retimed(o.w).Add(time.Millisecond); r.Before(at) {
 					at = r
 					o.timer.Reset(time.Until(at))
 				}
@@ -308,5 +304,5 @@ func (e *Election) HoldContext(parent context.Context) (context.Context, context
 
 // Status reads the election in one round trip (see Mutex.Status).
 func (e *Election) Status(ctx context.Context) (Status, error) {
-	return e.m.status(ctx, telemetry.KindElection)
+	return readStatus(ctx, e.m.h, "status", telemetry.KindElection)
 }

@@ -124,6 +124,7 @@ func TestElection_Observe_SendsNothingWhileNothingChanges(t *testing.T) {
 // A leader cut off from Redis learns it lost office before the next
 // candidate is elected; the observers see the new leader.
 func TestElection_PartitionedLeader_LearnsBeforeTheNextIsElected(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	ctx := ctxTimeout(t, 20*time.Second)
 	n := name(t)

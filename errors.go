@@ -68,23 +68,3 @@ var (
 	// written to Redis.
 	ErrInvalid = errs.ErrInvalid
 )
-
-// Shims while the machinery moves into internal packages.
-var (
-	opErr          = errs.Op
-	invalidf       = errs.Invalidf
-	notObtained    = errs.NotObtained
-	closedErr      = errs.ClosedOp
-	isNoScript     = errs.IsNoScript
-	isRedisError   = errs.IsReply
-	outcomeUnknown = errs.OutcomeUnknown
-	redisErr       = errs.FromRedis
-	unavailable    = errs.IsUnavailable
-	waitErr        = errs.FromWait
-	capName        = errs.CapName
-	classify       = errs.Classify
-)
-
-type callError = errs.Call
-
-const errorNameBytes = errs.NameBytes

@@ -1,9 +1,8 @@
 package dlock
 
 import (
-	"time"
-
 	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/redlock"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
@@ -15,14 +14,14 @@ const WarmConns = lease.WarmConns
 
 // SetPerSlotRenewals forces a cluster Client's renewals per hash slot (on),
 // as on servers without script flags, or lets them go per node again.
-func SetPerSlotRenewals(c *Client, on bool) { c.renewals.SetPerSlot(on) }
+func SetPerSlotRenewals(c *Client, on bool) { c.core.Renewals().SetPerSlot(on) }
 
 // PerSlotRenewals reports whether a cluster Client renews per hash slot.
-func PerSlotRenewals(c *Client) bool { return c.renewals.PerSlot() }
+func PerSlotRenewals(c *Client) bool { return c.core.Renewals().PerSlot() }
 
 // SetRenewNodeScript makes a cluster Client renew per node with the script
 // src instead of internal/scripts/renew_node.lua. Call it before the first hold.
-func SetRenewNodeScript(c *Client, src string) { c.renewals.SetNodeScript(src) }
+func SetRenewNodeScript(c *Client, src string) { c.core.Renewals().SetNodeScript(src) }
 
 // RejectsScriptFlags is the test of a per-node renewal's error that turns
 // renewals per node off.
@@ -34,22 +33,19 @@ func KeySlot(key string) int { return int(wire.Slot(key)) }
 // MultiLockMembers returns a MultiLock's member Mutexes, in name order.
 func MultiLockMembers(ml *MultiLock) []*Mutex { return ml.members }
 
-// Redlock gates (see redlock_try.go).
+// Redlock gates (see internal/redlock/try.go).
 
 // RedlockGate returns the index of the gate master of a Redlock Mutex, in
 // the order its Redlock was given the masters, and that master's name.
-func RedlockGate(m *Mutex) (int, string) {
-	g := m.rl.gate
-	return g, m.rl.r.nodes[g].name
-}
+func RedlockGate(m *Mutex) (int, string) { return m.lk.(*redlock.Mutex).Gate() }
 
 // RedlockContended reports whether a Redlock Mutex's tries go to its gate
-// first (see rlMutex.contested).
-func RedlockContended(m *Mutex) bool { return m.rl.contended() }
+// first (see internal/redlock).
+func RedlockContended(m *Mutex) bool { return m.lk.(*redlock.Mutex).Contended() }
 
 // RedlockContend marks a Redlock Mutex as having met other callers just now,
 // as a refusal by a second holder would.
-func RedlockContend(m *Mutex) { m.rl.contested.Store(int64(time.Since(rlEpoch))) }
+func RedlockContend(m *Mutex) { m.lk.(*redlock.Mutex).Contend() }
 
 // RedlockChannel is the release channel of a Redlock Mutex.
-func RedlockChannel(m *Mutex) string { return m.rl.keys[2] }
+func RedlockChannel(m *Mutex) string { return m.lk.(*redlock.Mutex).Channel() }

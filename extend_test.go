@@ -85,6 +85,7 @@ func TestExtend_WatchdogHold_RenewalsStopAndTheHolderLearnsFirst(t *testing.T) {
 // Extends are sent while a renewal is on its way; a 5s Extend must never be
 // set back to the watchdog's 300ms.
 func TestExtend_RacingRenewals_NeverUndoTheNewLease(t *testing.T) {
+	long(t)
 	e := sharedEnv(t)
 	const timeout = 300 * time.Millisecond
 	c := e.client(e.rdb(&slowRenewals{ttl: timeout.Milliseconds(), delay: 50 * time.Millisecond}), dlock.WithWatchdogTimeout(timeout))

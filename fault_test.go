@@ -70,6 +70,7 @@ func lockAt(t *testing.T, ctx context.Context, m *dlock.Mutex) <-chan time.Time 
 }
 
 func TestFault_PartitionLongerThanLease_HolderLearnsBeforeAnotherHolds(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	const timeout = time.Second
 	for round := range 3 {
@@ -126,6 +127,7 @@ func TestFault_PartitionLongerThanLease_HolderLearnsBeforeAnotherHolds(t *testin
 // The first hold is the one at risk: its grant comes back on a cold Client
 // while the renewal connections are still being set up (see renewals.go).
 func TestFault_LatencyFortyPercentOfTimeout_HoldsKeptForFiveLeases(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	const timeout = 2 * time.Second
 	rdb, proxy := e.proxied()
@@ -187,6 +189,7 @@ func (h stalledPings) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 // a partition would until go-redis's read timeout) must not cost a hold
 // whose 1 s lease the server would keep renewing.
 func TestFault_WarmUpsThatHang_DoNotHoldBackRenewals(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	const timeout = time.Second
 	c := e.client(e.rdb(stalledPings{4 * time.Second}), dlock.WithWatchdogTimeout(timeout))
@@ -240,6 +243,7 @@ func serverStall(t *testing.T, stall func(e *env, ctx context.Context)) {
 }
 
 func TestFault_ClientPauseLongerThanLease_LostAtTheDeadline(t *testing.T) {
+	long(t)
 	serverStall(t, func(e *env, ctx context.Context) {
 		_, err := e.srv.Do(ctx, "client", "pause", 3000, "all")
 		assert.NoError(t, err)
@@ -247,6 +251,7 @@ func TestFault_ClientPauseLongerThanLease_LostAtTheDeadline(t *testing.T) {
 }
 
 func TestFault_DebugSleepLongerThanLease_LostAtTheDeadline(t *testing.T) {
+	long(t)
 	serverStall(t, func(e *env, ctx context.Context) {
 		_, err := e.srv.Do(ctx, "debug", "sleep", 3)
 		assert.NoError(t, err)
@@ -254,6 +259,7 @@ func TestFault_DebugSleepLongerThanLease_LostAtTheDeadline(t *testing.T) {
 }
 
 func TestFault_LockOverSlowColdConnection_LiveHoldOrError(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	const timeout = time.Second
 	for _, op := range []string{"Lock", "TryLock"} {
@@ -443,7 +449,7 @@ type dialOrder struct {
 	dials  []time.Time
 	pings  []time.Time // warm-ups sent: pipelines of one PING
 	script time.Time   // the first script call's reply
-	begun  time.Time // when that call was sent
+	begun  time.Time   // when that call was sent
 }
 
 func (h *dialOrder) DialHook(next redis.DialHook) redis.DialHook {
@@ -560,6 +566,7 @@ func busy(t *testing.T) {
 // renewals go out at a fixed rate, a period a little shorter when round
 // trips are long, and one renewal's stalls have 0.29 of it.
 func TestFault_LatencyFortyPercentBeginningWhileHeld_BusyMachine_HoldsKept(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	busy(t)
 	const timeout = time.Second

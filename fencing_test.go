@@ -165,6 +165,7 @@ func historyDB(t *testing.T) (dsn string, db *sql.DB) {
 }
 
 func TestFencing_HolderPausedPastItsLease_StaleWriteRejected(t *testing.T) {
+	long(t)
 	for _, guard := range []string{"redis", "sql"} {
 		t.Run(guard, func(t *testing.T) {
 			e := realEnv(t)
@@ -210,6 +211,7 @@ func TestFencing_HolderPausedPastItsLease_StaleWriteRejected(t *testing.T) {
 // admitted, in commit order, must never go back in tokens: that would be a
 // stale write accepted.
 func TestFencing_ChurnWithRandomPauses_NoStaleWriteAccepted(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	n := name(t)
 	dsn, db := historyDB(t)

@@ -139,6 +139,7 @@ func (l *lockedBuffer) String() string {
 // once that Redis answers again (issue 23, item 4: 3.2 s a Lock, 35 log
 // lines, and an error matching no dlock sentinel).
 func TestUnavailable_RedisDown_ErrUnavailableLoggedOnce(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	var logs lockedBuffer
 	c := e.client(e.rdb(), dlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))

@@ -150,6 +150,7 @@ func TestMutexQueue_HandedLock_WaiterSendsNothing(t *testing.T) {
 }
 
 func TestMutexQueue_HandedHold_RenewedLikeAnyOther(t *testing.T) {
+	long(t)
 	e := sharedEnv(t)
 	probe := e.rdb()
 	n := name(t)

@@ -7,10 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-
-	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // HoldRef names one hold of a lock so that another Client, in another
@@ -78,11 +79,11 @@ func (r *HoldRef) UnmarshalText(text []byte) error {
 func ParseHoldRef(s string) (HoldRef, error) {
 	parts := strings.SplitN(s, " ", 5)
 	if len(parts) != 5 || parts[0] != holdRefVersion {
-		return HoldRef{}, invalidf("malformed hold reference %q", s)
+		return HoldRef{}, errs.Invalidf("malformed hold reference %q", s)
 	}
 	token, err := strconv.ParseUint(parts[2], 10, 64)
 	if err != nil {
-		return HoldRef{}, invalidf("malformed hold reference %q: bad token", s)
+		return HoldRef{}, errs.Invalidf("malformed hold reference %q: bad token", s)
 	}
 	r := HoldRef{Kind: parts[1], Token: token, ID: parts[3], Name: parts[4]}
 	if err := r.check(); err != nil {
@@ -95,13 +96,13 @@ func ParseHoldRef(s string) (HoldRef, error) {
 func (r HoldRef) check() error {
 	switch {
 	case wire.CheckName(r.Name) != nil:
-		return invalidf("hold reference with bad name %q", r.Name)
+		return errs.Invalidf("hold reference with bad name %q", r.Name)
 	case r.Kind != KindMutex:
-		return invalidf("hold reference of kind %q: only a Mutex (%q) hold can be handed over", r.Kind, KindMutex)
+		return errs.Invalidf("hold reference of kind %q: only a Mutex (%q) hold can be handed over", r.Kind, KindMutex)
 	case r.Token == 0:
-		return invalidf("hold reference with no fencing token")
+		return errs.Invalidf("hold reference with no fencing token")
 	case !validHoldID(r.ID):
-		return invalidf("hold reference with malformed ID %q", r.ID)
+		return errs.Invalidf("hold reference with malformed ID %q", r.ID)
 	}
 	return nil
 }
@@ -125,6 +126,10 @@ func validHoldID(id string) bool {
 // or renewal gave it: up to the watchdog timeout, or what is left of a
 // WithLease lease) unless the bearer of the reference calls
 // Client.ExtendRef in time, or ends it sooner with Client.ReleaseRef. The
+// bearer cannot know how much of that lease is left when the reference
+// reaches it: it should call ExtendRef as soon as it has the reference,
+// and act on the hold only once ExtendRef has succeeded, counting its
+// lease from when it sent that call (as the watchdog does). The
 // handle's hold contexts are cancelled (the cause does not match ErrLost:
 // nothing was lost), its Lost channel never fires, Token returns 0, and
 // its Unlock and Extend return ErrNotHeld, as after Unlock; the handle may
@@ -137,36 +142,28 @@ func validHoldID(id string) bool {
 // hand-over.
 func (m *Mutex) HandOver() (HoldRef, error) {
 	const op = "handover"
-	if err := m.usable(context.Background()); err != nil {
+	if err := m.h.Usable(context.Background()); err != nil {
 		return HoldRef{}, err
 	}
-	if m.rl != nil {
+	if !m.lk.HandsOver() {
 		// ReleaseRef and ExtendRef act on one Redis, not on a quorum.
-		return HoldRef{}, opErr(op, m.name, "a Redlock hold cannot be handed over", ErrInvalid)
+		return HoldRef{}, errs.Op(op, m.h.Name, "a Redlock hold cannot be handed over", ErrInvalid)
 	}
-	m.mu.Lock()
-	l := m.hold
-	m.mu.Unlock()
+	l := m.slot.Get()
 	if l == nil {
-		return HoldRef{}, opErr(op, m.name, "", ErrNotHeld)
+		return HoldRef{}, errs.Op(op, m.h.Name, "", ErrNotHeld)
 	}
-	w := m.c.wd
+	w := m.h.C.WD
 	if err := w.BeginExtend(context.Background(), &l.Lease); err != nil {
-		return HoldRef{}, opErr(op, m.name, "", err)
+		return HoldRef{}, errs.Op(op, m.h.Name, "", err)
 	}
-	m.mu.Lock()
-	mine := m.hold == l
-	if mine {
-		m.hold = nil
-	}
-	m.mu.Unlock()
-	if !mine {
-		return HoldRef{}, opErr(op, m.name, "", ErrNotHeld) // an Unlock came first
+	if !m.slot.TakeIf(l) {
+		return HoldRef{}, errs.Op(op, m.h.Name, "", ErrNotHeld) // an Unlock came first
 	}
 	if !w.HandOver(&l.Lease) {
-		return HoldRef{}, opErr(op, m.name, "", ErrLost)
+		return HoldRef{}, errs.Op(op, m.h.Name, "", ErrLost)
 	}
-	return HoldRef{Name: m.name, Kind: KindMutex, ID: l.Spec.ID, Token: l.Token}, nil
+	return HoldRef{Name: m.h.Name, Kind: KindMutex, ID: l.Spec.ID, Token: l.Token}, nil
 }
 
 // ReleaseRef releases the hold ref names, as its holder's Unlock would: if
@@ -183,21 +180,20 @@ func (m *Mutex) HandOver() (HoldRef, error) {
 func (c *Client) ReleaseRef(ctx context.Context, ref HoldRef) (err error) {
 	const op = "release"
 	if err := ref.check(); err != nil {
-		return opErr(op, ref.Name, "", err)
+		return errs.Op(op, ref.Name, "", err)
 	}
-	h := c.newHandle(telemetry.KindMutex, ref.Name, 0, nil, exclKeys...)
-	ctx, sp, err := h.begin(ctx, "dlock.Client.ReleaseRef")
+	h := c.core.NewHandle(telemetry.KindMutex, ref.Name, 0, 0, nil, engine.ExclKeys...)
+	ctx, sp, err := h.Begin(ctx, "dlock.Client.ReleaseRef")
 	defer func() { sp.EndRelease(err) }()
 	if err != nil {
 		return err
 	}
-	x := newExcl(&h, false)
-	remaining, err := x.unlock(detach(ctx), ref.ID)
+	remaining, err := engine.NewExcl(h, false).Unlock(engine.Detach(ctx), ref.ID)
 	switch {
 	case err != nil:
-		return h.fail(op, err)
+		return h.Fail(op, err)
 	case remaining < 0:
-		return opErr(op, ref.Name, "", ErrNotHeld)
+		return errs.Op(op, ref.Name, "", ErrNotHeld)
 	}
 	return nil
 }
@@ -212,27 +208,27 @@ func (c *Client) ReleaseRef(ctx context.Context, ref HoldRef) (err error) {
 func (c *Client) ExtendRef(ctx context.Context, ref HoldRef, lease time.Duration) (err error) {
 	const op = "extend"
 	if err := ref.check(); err != nil {
-		return opErr(op, ref.Name, "", err)
+		return errs.Op(op, ref.Name, "", err)
 	}
-	h := c.newHandle(telemetry.KindMutex, ref.Name, 0, nil, exclKeys...)
-	ctx, sp, err := h.begin(ctx, "dlock.Client.ExtendRef")
+	h := c.core.NewHandle(telemetry.KindMutex, ref.Name, 0, 0, nil, engine.ExclKeys...)
+	ctx, sp, err := h.Begin(ctx, "dlock.Client.ExtendRef")
 	defer func() { sp.EndOther(err) }()
 	switch {
 	case err != nil:
 		return err
-	case leaseOutOfBounds("lease", lease) != "":
-		return opErr(op, ref.Name, leaseOutOfBounds("lease", lease), ErrInvalid)
+	case outOfBounds("lease", lease) != "":
+		return errs.Op(op, ref.Name, outOfBounds("lease", lease), ErrInvalid)
 	}
 	spec := wire.Spec{Kind: wire.SpecHolder, ID: ref.ID}
-	res, err := c.script(ctx, scripts.Renew, []string{h.key}, millis(lease), spec.String()).Int64Slice()
+	res, err := c.core.Script(ctx, scripts.Renew, []string{h.Key}, wire.Millis(lease), spec.String()).Int64Slice()
 	if err == nil && len(res) != 1 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
 	switch {
 	case err != nil:
-		return h.fail(op, err)
+		return h.Fail(op, err)
 	case res[0] != 1:
-		return opErr(op, ref.Name, "", ErrNotHeld)
+		return errs.Op(op, ref.Name, "", ErrNotHeld)
 	}
 	return nil
 }

@@ -87,6 +87,7 @@ func TestHandOver_ReleasedByAnotherClient_WakesWaiter(t *testing.T) {
 // After HandOver nothing renews the hold: it ends by its lease unless the
 // bearer extends it, and ExtendRef keeps it for the new lease.
 func TestHandOver_WatchdogStops_ExtendRefKeepsIt(t *testing.T) {
+	long(t)
 	e := sharedEnv(t)
 	ctx := ctxTimeout(t, 10*time.Second)
 	holder := e.client(e.rdb(), dlock.WithWatchdogTimeout(time.Second))

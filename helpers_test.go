@@ -177,6 +177,17 @@ func sharedEnv(t *testing.T) *env { return &env{t: t, srv: redistest.Shared(t)} 
 
 // realEnv starts a dedicated redis-server, for tests that kill connections,
 // flush scripts or restart the server.
+// long skips a test that takes seconds (a failover, a fault that must
+// outlast leases, a cluster, a soak) unless DLOCK_LONG is set, so that the
+// README's test command stays quick; CI runs them in a step of their own
+// (.ci/run), which finds them by this call, the first line of each.
+func long(t *testing.T) {
+	t.Helper()
+	if os.Getenv("DLOCK_LONG") == "" {
+		t.Skip("a long test: set DLOCK_LONG=1 to run it")
+	}
+}
+
 func realEnv(t *testing.T) *env { return &env{t: t, srv: redistest.Real(t)} }
 
 func (e *env) rdb(hooks ...redis.Hook) *redis.Client {

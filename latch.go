@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // CountDownLatch lets callers wait until a count, shared across processes,
@@ -21,7 +21,7 @@ import (
 // persists with no expiry unless WithIdleExpiry says otherwise, and Delete
 // removes it. Make one with Client.CountDownLatch.
 type CountDownLatch struct {
-	handle
+	h    *engine.Handle
 	idle time.Duration
 }
 
@@ -30,25 +30,25 @@ type CountDownLatch struct {
 // error wrapping ErrInvalid.
 func (c *Client) CountDownLatch(name string, opts ...LatchOption) *CountDownLatch {
 	lc := buildSemConfig(opts, LatchOption.applyLatch)
-	return &CountDownLatch{handle: c.newHandle(telemetry.KindLatch, name, 0, lc.err), idle: lc.idle}
+	return &CountDownLatch{h: c.core.NewHandle(telemetry.KindLatch, name, 0, 0, lc.err), idle: lc.idle}
 }
 
 // Name returns the latch's name, without the key prefix.
-func (l *CountDownLatch) Name() string { return l.name }
+func (l *CountDownLatch) Name() string { return l.h.Name }
 
 // TrySetCount sets the count to n if the latch is at zero, and reports
 // whether it did. n must be between 1 and MaxPermits (Lua numbers are
 // doubles; counts beyond it are not exact).
 func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error) {
-	if err := l.usable(ctx); err != nil {
+	if err := l.h.Usable(ctx); err != nil {
 		return false, err
 	}
 	if n < 1 || n > MaxPermits {
-		return false, invalidf("latch %q: count %d, not between 1 and MaxPermits (%d)", l.name, n, int64(MaxPermits))
+		return false, errs.Invalidf("latch %q: count %d, not between 1 and MaxPermits (%d)", l.h.Name, n, int64(MaxPermits))
 	}
-	v, err := l.c.script(ctx, scripts.LatchSet, []string{l.key}, n, millis(l.idle)).Int64()
+	v, err := l.h.C.Script(ctx, scripts.LatchSet, []string{l.h.Key}, n, wire.Millis(l.idle)).Int64()
 	if err != nil {
-		return false, l.fail("trysetcount", err)
+		return false, l.h.Fail("trysetcount", err)
 	}
 	return v == 1, nil
 }
@@ -56,25 +56,25 @@ func (l *CountDownLatch) TrySetCount(ctx context.Context, n int64) (bool, error)
 // CountDown takes one off the count. At zero it wakes every Await; at zero
 // already it does nothing.
 func (l *CountDownLatch) CountDown(ctx context.Context) (err error) {
-	ctx, sp, err := l.begin(ctx, "dlock.CountDownLatch.CountDown")
+	ctx, sp, err := l.h.Begin(ctx, "dlock.CountDownLatch.CountDown")
 	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return err
 	}
-	n, err := l.c.script(ctx, scripts.LatchCountDown, []string{l.key, l.channel}, l.c.id).Int64()
+	n, err := l.h.C.Script(ctx, scripts.LatchCountDown, []string{l.h.Key, l.h.Channel}, l.h.C.ID).Int64()
 	if err != nil {
-		l.wakeUnknown(err)
-		return l.fail("countdown", err)
+		l.h.WakeUnknown(err)
+		return l.h.Fail("countdown", err)
 	}
 	if n == 0 {
-		l.c.waits.Wake(l.channel, wire.WakeAll, wait.WakeLocal)
+		l.h.C.Waits.Wake(l.h.Channel, wire.WakeAll, wait.WakeLocal)
 	}
 	return nil
 }
 
 // Count returns the current count; 0 when the latch is not set.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
-	if err := l.usable(ctx); err != nil {
+	if err := l.h.Usable(ctx); err != nil {
 		return 0, err
 	}
 	n, _, err := l.state(ctx)
@@ -86,12 +86,12 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // or expired and set again starts afresh, at a value no earlier incarnation
 // had (see internal/scripts/latch_common.lua).
 func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error) {
-	v, err := l.c.script(ctx, scripts.LatchState, []string{l.key}).Int64Slice()
+	v, err := l.h.C.Script(ctx, scripts.LatchState, []string{l.h.Key}).Int64Slice()
 	if err == nil && len(v) != 2 {
 		err = fmt.Errorf("unexpected reply %v", v)
 	}
 	if err != nil {
-		return 0, 0, l.fail("count", err)
+		return 0, 0, l.h.Fail("count", err)
 	}
 	return v[0], v[1], nil
 }
@@ -99,17 +99,17 @@ func (l *CountDownLatch) state(ctx context.Context) (count, gen int64, err error
 // Delete deletes the latch, which leaves it at zero: every Await returns.
 // It reports whether there was a latch to delete.
 func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
-	ctx, sp, err := l.begin(ctx, "dlock.CountDownLatch.Delete")
+	ctx, sp, err := l.h.Begin(ctx, "dlock.CountDownLatch.Delete")
 	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return false, err
 	}
-	n, err := l.c.script(detach(ctx), scripts.LatchDelete, []string{l.key, l.channel}, l.c.id).Int()
+	n, err := l.h.C.Script(engine.Detach(ctx), scripts.LatchDelete, []string{l.h.Key, l.h.Channel}, l.h.C.ID).Int()
 	if err != nil {
-		l.wakeUnknown(err)
-		return false, l.fail("delete", err)
+		l.h.WakeUnknown(err)
+		return false, l.h.Fail("delete", err)
 	}
-	l.c.waits.Wake(l.channel, wire.WakeAll, wait.WakeLocal)
+	l.h.C.Waits.Wake(l.h.Channel, wire.WakeAll, wait.WakeLocal)
 	return n == 1, nil
 }
 
@@ -122,7 +122,7 @@ func (l *CountDownLatch) Delete(ctx context.Context) (deleted bool, err error) {
 // until the next re-subscription or the watchdog timeout. When ctx ends
 // first it returns an error matching both ErrNotObtained and ctx.Err().
 func (l *CountDownLatch) Await(ctx context.Context) (err error) {
-	ctx, sp, err := l.beginAcquire(ctx, "dlock.CountDownLatch.Await", "await")
+	ctx, sp, err := l.h.BeginAcquire(ctx, "dlock.CountDownLatch.Await", "await")
 	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err != nil {
 		return err
@@ -134,9 +134,9 @@ func (l *CountDownLatch) Await(ctx context.Context) (err error) {
 	try := func() (bool, time.Duration, error) {
 		count, gen, err := l.state(ctx)
 		if err != nil && ctx.Err() != nil {
-			return false, 0, notObtained("await", l.name, ctx)
+			return false, 0, errs.NotObtained("await", l.h.Name, ctx)
 		}
 		return err == nil && (count <= 0 || gen != gen0), 0, err
 	}
-	return l.c.loop.Wait(ctx, "await", l.name, l.channel, wait.As{Metric: telemetry.KindLatch}, 0, try)
+	return l.h.C.Loop.Wait(ctx, "await", l.h.Name, l.h.Channel, wait.As{Metric: telemetry.KindLatch}, 0, try)
 }

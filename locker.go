@@ -3,6 +3,8 @@ package dlock
 import (
 	"context"
 	"sync"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // Locker returns a sync.Locker view of the Mutex, for code that takes one
@@ -24,7 +26,7 @@ type mutexLocker struct{ m *Mutex }
 
 func (l mutexLocker) Lock() {
 	if l.m == nil {
-		panic(invalidf("Locker of a nil *Mutex"))
+		panic(errs.Invalidf("Locker of a nil *Mutex"))
 	}
 	if err := l.m.Lock(context.Background()); err != nil {
 		panic(err)
@@ -33,7 +35,7 @@ func (l mutexLocker) Lock() {
 
 func (l mutexLocker) Unlock() {
 	if l.m == nil {
-		panic(invalidf("Locker of a nil *Mutex"))
+		panic(errs.Invalidf("Locker of a nil *Mutex"))
 	}
 	if err := l.m.Unlock(context.Background()); err != nil {
 		panic(err)

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 )
 
@@ -61,12 +63,12 @@ func (c *Client) MultiLock(names []string, opts ...LockOption) *MultiLock {
 	sorted = slices.Compact(sorted)
 	ml := &MultiLock{names: sorted, lease: buildLockConfig(opts).lease}
 	if len(sorted) == 0 {
-		ml.err = invalidf("multilock with no names")
+		ml.err = errs.Invalidf("multilock with no names")
 	}
 	for _, n := range sorted {
 		m := c.Mutex(n, opts...)
-		if ml.err == nil && m.err != nil {
-			ml.err = m.err
+		if ml.err == nil && m.h.Err != nil {
+			ml.err = m.h.Err
 		}
 		ml.members = append(ml.members, m)
 	}
@@ -80,9 +82,9 @@ func (ml *MultiLock) Names() []string { return slices.Clone(ml.names) }
 // usable reports the error every call returns before touching Redis.
 func (ml *MultiLock) usable(ctx context.Context, op string) error {
 	if ml.err != nil {
-		return opErr(op, ml.label(), "", ml.err)
+		return errs.Op(op, ml.label(), "", ml.err)
 	}
-	return ml.members[0].usable(ctx)
+	return ml.members[0].h.Usable(ctx)
 }
 
 // label names the group in errors.
@@ -115,7 +117,7 @@ func (ml *MultiLock) Lock(ctx context.Context) error {
 		}
 		// A member was lost before the group was complete: try again.
 		if ctx.Err() != nil {
-			return notObtained("lock", ml.label(), ctx)
+			return errs.NotObtained("lock", ml.label(), ctx)
 		}
 	}
 }
@@ -138,7 +140,7 @@ func (ml *MultiLock) acquire(ctx context.Context, block bool) (bool, error) {
 	taken := 0
 	giveBack := func() {
 		for i := taken - 1; i >= 0; i-- {
-			_ = ml.members[i].Unlock(detach(ctx))
+			_ = ml.members[i].Unlock(engine.Detach(ctx))
 		}
 	}
 	for _, m := range ml.members {
@@ -185,11 +187,9 @@ func (ml *MultiLock) keep() {
 	g := &multiHold{tokens: make(map[string]uint64, len(ml.members)), lost: make(chan struct{})}
 	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	for _, m := range ml.members {
-		g.tokens[m.name] = m.Token()
-		m.mu.Lock()
-		l := m.hold
-		m.mu.Unlock()
-		name := m.name
+		g.tokens[m.h.Name] = m.Token()
+		l := m.slot.Get()
+		name := m.h.Name
 		lostNow := func(cause error) {
 			if g.done.Load() {
 				return
@@ -197,7 +197,7 @@ func (ml *MultiLock) keep() {
 			g.once.Do(func() { close(g.lost) })
 			g.cancel(fmt.Errorf("%w (member %q)", cause, name))
 		}
-		if l == nil || !m.c.wd.WhenLost(l, lostNow) {
+		if l == nil || !m.h.C.WD.WhenLost(l, lostNow) {
 			lostNow(fmt.Errorf("%w: member ended before the group was held", ErrLost))
 		}
 	}
@@ -236,7 +236,7 @@ func (ml *MultiLock) Unlock(ctx context.Context) error {
 	ml.hold = nil
 	ml.mu.Unlock()
 	if g == nil {
-		return opErr("unlock", ml.label(), "", ErrNotHeld)
+		return errs.Op("unlock", ml.label(), "", ErrNotHeld)
 	}
 	g.end(lease.ErrReleased)
 	var errs []error

@@ -1,14 +1,16 @@
 package dlock
 
 import (
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Defaults. Every default lives here.
@@ -26,48 +28,46 @@ const (
 	// drift margin of 2ms and 1% of the lease (see Lost holds in the package
 	// docs): a shorter lease could never be granted on most networks, and
 	// a call that asks for one would try in vain until its context ended.
-	MinLease = 10 * time.Millisecond
+	MinLease = lease.Min
 	// MaxLease is the longest lease or watchdog timeout dlock accepts: a
 	// year. Leases are kept in milliseconds on the server and as deadlines
 	// on the monotonic clock; a lease meant as "forever" is better a lock
 	// that is released.
-	MaxLease = 365 * 24 * time.Hour
+	MaxLease = lease.Max
 	// MaxNameLength is the longest name, in bytes, a primitive may have. A
 	// name is part of every key and channel of its primitive, and of error
 	// messages (which quote at most the first 128 bytes of it).
 	MaxNameLength = wire.MaxNameLength
-
-	// subscriptionLinger keeps a lock's channel subscribed after its last
-	// waiter leaves, so a hot lock does not re-subscribe for every wait.
-	subscriptionLinger = 5 * time.Second
-	// pipelinesInFlight is how many pipelines of coalesced calls a Client
-	// keeps in flight before further calls wait to share the next one.
-	// Measured on 2 cores with 32 goroutines: 4 did best (2 and 8 close).
-	pipelinesInFlight = 4
 )
 
 // Option configures a Client. See New.
 type Option func(*config)
 
 type config struct {
-	prefix         string
-	watchdog       time.Duration
-	logger         *slog.Logger
+	engine.Config                       // prefix, watchdog timeout, logger, sync replicas
 	tracerProvider trace.TracerProvider // nil: the OpenTelemetry global
 	meterProvider  metric.MeterProvider // nil: the OpenTelemetry global
 	nameAttr       bool
-	name           string       // the Client's name, in its ID
-	sync           syncReplicas // WithSyncReplicas; zero when off
+	name           string // the Client's name, in its ID
 	err            error
 }
 
 func defaultConfig() config {
 	return config{
-		prefix:   DefaultKeyPrefix,
-		watchdog: DefaultWatchdogTimeout,
-		logger:   slog.New(slog.DiscardHandler),
-		name:     wire.DefaultClientName(),
+		Config: engine.Config{Prefix: DefaultKeyPrefix, Watchdog: DefaultWatchdogTimeout, Logger: slog.New(slog.DiscardHandler)},
+		name:   wire.DefaultClientName(),
 	}
+}
+
+// buildConfig applies a Client's options to the defaults.
+func buildConfig(opts []Option) config {
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	return cfg
 }
 
 // WithClientName names the Client, so that inspection (Status, the dlock
@@ -92,11 +92,11 @@ func WithKeyPrefix(prefix string) Option {
 	return func(c *config) {
 		for _, r := range prefix {
 			if r == '{' || r == '}' {
-				c.err = invalidf("key prefix %q contains a brace", prefix)
+				c.err = errs.Invalidf("key prefix %q contains a brace", prefix)
 				return
 			}
 		}
-		c.prefix = prefix
+		c.Prefix = prefix
 	}
 }
 
@@ -111,28 +111,21 @@ func WithWatchdogTimeout(d time.Duration) Option {
 			c.err = err
 			return
 		}
-		c.watchdog = d
+		c.Watchdog = d
 	}
 }
+
+// outOfBounds says why d is not a lease dlock accepts, or "" (a name for
+// lease.OutOfBounds where a parameter called lease hides the package).
+var outOfBounds = lease.OutOfBounds
 
 // checkLease refuses a lease or timeout outside [MinLease, MaxLease], with
 // an error that names the bound.
 func checkLease(what string, d time.Duration) error {
-	if why := leaseOutOfBounds(what, d); why != "" {
-		return invalidf("%s", why)
+	if why := lease.OutOfBounds(what, d); why != "" {
+		return errs.Invalidf("%s", why)
 	}
 	return nil
-}
-
-// leaseOutOfBounds says why d is not a lease dlock accepts, or "".
-func leaseOutOfBounds(what string, d time.Duration) string {
-	switch {
-	case d < MinLease:
-		return fmt.Sprintf("%s %v is below the minimum lease, %v (dlock.MinLease)", what, d, MinLease)
-	case d > MaxLease:
-		return fmt.Sprintf("%s %v is above the maximum lease, %v (dlock.MaxLease)", what, d, MaxLease)
-	}
-	return ""
 }
 
 // WithLogger sets where dlock logs lost holds, renewal failures and pub/sub
@@ -140,7 +133,7 @@ func leaseOutOfBounds(what string, d time.Duration) string {
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) {
 		if l != nil {
-			c.logger = l
+			c.Logger = l
 		}
 	}
 }
@@ -214,10 +207,10 @@ func WithMetricLockNames() Option {
 func WithSyncReplicas(replicas int, timeout time.Duration) Option {
 	return func(c *config) {
 		if replicas < 1 || timeout <= 0 {
-			c.err = invalidf("sync replicas: %d replicas within %v: need at least 1 replica and a positive timeout", replicas, timeout)
+			c.err = errs.Invalidf("sync replicas: %d replicas within %v: need at least 1 replica and a positive timeout", replicas, timeout)
 			return
 		}
-		c.sync = syncReplicas{replicas: replicas, timeout: timeout}
+		c.Sync = engine.SyncReplicas{Replicas: replicas, Timeout: timeout}
 	}
 }
 
@@ -225,11 +218,11 @@ func WithSyncReplicas(replicas int, timeout time.Duration) Option {
 type LockOption func(*lockConfig)
 
 type lockConfig struct {
-	lease       time.Duration // 0: watchdog
-	renewed     time.Duration // WithRenewedLease; 0: the Client's watchdog timeout
-	handleOwner bool          // the handle owns holds taken without an owner in ctx
-	cohort      cohortBound   // WithCohort, or the defaults; zero: off
-	cohortSet   bool          // WithCohort or WithoutCohort given
+	lease       time.Duration      // 0: watchdog
+	renewed     time.Duration      // WithRenewedLease; 0: the Client's watchdog timeout
+	handleOwner bool               // the handle owns holds taken without an owner in ctx
+	cohort      engine.CohortBound // WithCohort, or the defaults; zero: off
+	cohortSet   bool               // WithCohort or WithoutCohort given
 	err         error
 }
 
@@ -305,12 +298,6 @@ const (
 	DefaultCohortTime     = 10 * time.Millisecond
 )
 
-// cohortBound is how far a Mutex WithCohort hands its hold on locally.
-type cohortBound struct {
-	max     int           // local handoffs per Redis grant; 0: off
-	maxTime time.Duration // since the Redis grant
-}
-
 // WithCohort sets the bounds of lock cohorting, which a Mutex does by default
 // with DefaultCohortHandoffs and DefaultCohortTime (WithoutCohort turns it
 // off). A cohorting Mutex hands its hold on to the next goroutine of its
@@ -354,7 +341,7 @@ func WithCohort(maxHandoffs int, maxTime time.Duration) LockOption {
 		if maxTime <= 0 {
 			maxTime = DefaultCohortTime
 		}
-		c.cohort, c.cohortSet = cohortBound{max: maxHandoffs, maxTime: maxTime}, true
+		c.cohort, c.cohortSet = engine.CohortBound{Max: maxHandoffs, MaxTime: maxTime}, true
 	}
 }
 
@@ -366,7 +353,7 @@ func WithCohort(maxHandoffs int, maxTime time.Duration) LockOption {
 // time held instead of about 0.9 in the bench's 4 Clients x 4 goroutines
 // run) and nothing uncontended.
 func WithoutCohort() LockOption {
-	return func(c *lockConfig) { c.cohort, c.cohortSet = cohortBound{}, true }
+	return func(c *lockConfig) { c.cohort, c.cohortSet = engine.CohortBound{}, true }
 }
 
 func buildLockConfig(opts []LockOption) lockConfig {
@@ -377,18 +364,12 @@ func buildLockConfig(opts []LockOption) lockConfig {
 		}
 	}
 	if !lc.cohortSet {
-		lc.cohort = cohortBound{max: DefaultCohortHandoffs, maxTime: DefaultCohortTime}
+		lc.cohort = engine.CohortBound{Max: DefaultCohortHandoffs, MaxTime: DefaultCohortTime}
 	}
 	if lc.err == nil && lc.lease > 0 && lc.renewed > 0 {
-		lc.err = invalidf("WithLease and WithRenewedLease together: a hold's lease is fixed or renewed")
+		lc.err = errs.Invalidf("WithLease and WithRenewedLease together: a hold's lease is fixed or renewed")
 	}
 	return lc
-}
-
-// millis converts d to whole milliseconds for PX and PEXPIRE, rounding up so
-// that no positive lease becomes zero.
-func millis(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 // SemaphoreOption configures a Semaphore handle.
@@ -433,7 +414,7 @@ func WithPermitLease(d time.Duration) SemaphoreOption {
 			return
 		}
 		if c.renewed > 0 {
-			c.err = invalidf("WithPermitLease and WithRenewedPermitLease together: a permit's lease is fixed or renewed")
+			c.err = errs.Invalidf("WithPermitLease and WithRenewedPermitLease together: a permit's lease is fixed or renewed")
 			return
 		}
 		c.lease = d
@@ -453,7 +434,7 @@ func WithRenewedPermitLease(d time.Duration) SemaphoreOption {
 			return
 		}
 		if c.lease > 0 {
-			c.err = invalidf("WithPermitLease and WithRenewedPermitLease together: a permit's lease is fixed or renewed")
+			c.err = errs.Invalidf("WithPermitLease and WithRenewedPermitLease together: a permit's lease is fixed or renewed")
 			return
 		}
 		c.renewed = d

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
@@ -45,18 +47,18 @@ func OwnerFrom(ctx context.Context) (owner string, ok bool) {
 // ownerID is the owner ID a counted hold is taken under: the Client's ID and
 // the owner in ctx, or self (the handle's own ID, for a handle made
 // WithHandleOwner; else "") when ctx names none.
-func ownerID(c *Client, ctx context.Context, self string) (string, error) {
+func ownerID(c *engine.Core, ctx context.Context, self string) (string, error) {
 	o, ok := OwnerFrom(ctx)
 	if !ok {
 		if self == "" {
-			return "", invalidf("no owner in the context (see WithOwner and WithNewOwner), and the handle was not made WithHandleOwner")
+			return "", errs.Invalidf("no owner in the context (see WithOwner and WithNewOwner), and the handle was not made WithHandleOwner")
 		}
 		return self, nil
 	}
 	if o == "" {
-		return "", invalidf("empty owner in context")
+		return "", errs.Invalidf("empty owner in context")
 	}
-	return c.id + ".o." + wire.EscapeID(o), nil
+	return c.ID + ".o." + wire.EscapeID(o), nil
 }
 
 // handleOwnerID is the owner ID of a handle made WithHandleOwner, or "".
@@ -64,5 +66,5 @@ func handleOwnerID(c *Client, lc lockConfig) string {
 	if !lc.handleOwner {
 		return ""
 	}
-	return c.id + ".h." + rand.Text()
+	return c.core.ID + ".h." + rand.Text()
 }

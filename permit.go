@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
 )
@@ -49,7 +51,7 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 		return nil
 	}
 	s := p.s
-	ctx, sp, err := s.begin(ctx, "dlock.Permit.Release")
+	ctx, sp, err := s.h.Begin(ctx, "dlock.Permit.Release")
 	defer func() { sp.EndRelease(err) }()
 	telemetry.Annotate(ctx, telemetry.AttrPermits.Int(p.n))
 	if err != nil {
@@ -58,19 +60,19 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done {
-		return opErr("release", s.name, "", ErrNotHeld)
+		return errs.Op("release", s.h.Name, "", ErrNotHeld)
 	}
-	if err := s.lostAlready("release", p.l); err != nil {
+	if err := s.h.LostAlready("release", p.l); err != nil {
 		p.done = true
 		return err
 	}
-	s.beginRelease(p.l)
-	n, err := s.release(detach(ctx), p.id)
+	s.h.BeginRelease(p.l)
+	n, err := s.release(engine.Detach(ctx), p.id)
 	if err == nil {
 		p.done = true
 		n = min(n, 0) // 0: released; -1: held none
 	}
-	return s.settleRelease("release", p.l, n, err, true)
+	return s.h.SettleRelease("release", p.l, n, err, true)
 }
 
 // Extend makes the permit end lease from now (see Mutex.Extend). After
@@ -87,7 +89,7 @@ func (p *Permit) Extend(ctx context.Context, lease time.Duration) error {
 	if done {
 		l = nil
 	}
-	return p.s.extend(ctx, "dlock.Permit.Extend", l, lease)
+	return p.s.h.Extend(ctx, "dlock.Permit.Extend", l, lease)
 }
 
 // Lost returns a channel that is closed if the permit's lease is lost (it
@@ -97,7 +99,7 @@ func (p *Permit) Lost() <-chan struct{} {
 	if p.l == nil {
 		return nil
 	}
-	return p.s.c.wd.LostOf(p.l)
+	return p.s.h.C.WD.LostOf(p.l)
 }
 
 // HoldContext returns a copy of parent that is cancelled when the permit
@@ -105,5 +107,5 @@ func (p *Permit) Lost() <-chan struct{} {
 // matching ErrLost. Call the CancelFunc when done. For a Permit of no
 // permits, the context is already cancelled, with cause ErrNotHeld.
 func (p *Permit) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return p.s.c.wd.HoldContext(parent, p.l)
+	return p.s.h.C.WD.HoldContext(parent, p.l)
 }

@@ -1,26 +1,12 @@
 package dlock
 
 import (
-	"context"
-	"hash/fnv"
-	"net"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
-
-	"github.com/dlock-go/dlock/internal/wait"
-
-	"github.com/dlock-go/dlock/internal/lease"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"github.com/redis/go-redis/v9"
 
-	"github.com/dlock-go/dlock/internal/coalesce"
-	"github.com/dlock-go/dlock/internal/pubsub"
-	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/redlock"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Redlock is a Mutex over N independent Redis masters (N odd, at least 3),
@@ -108,35 +94,7 @@ import (
 // key there with its own token T, which also raises that master's F to T,
 // and a master's F never helps issue a token below it.
 type Redlock struct {
-	c      *Client // the coordinator: watchdog, local waiters, telemetry; no Redis of its own
-	nodes  []*rlNode
-	quorum int
-	err    error
-
-	lastToken atomic.Uint64 // the highest token this Redlock issued or saw
-
-	seenMu  sync.Mutex
-	seen    map[string]struct{} // release messages already applied (one comes from each master)
-	seenLog []string
-
-	// Calls on the masters in flight (see goCall), which Close waits for.
-	callsMu   sync.Mutex
-	calls     int
-	callsIdle *sync.Cond
-
-	closeOnce sync.Once
-}
-
-// rlNode is one master of a Redlock.
-type rlNode struct {
-	rdb   redis.UniversalClient
-	co    *coalesce.Coalescer // shares round trips between concurrent calls; nil on a cluster client
-	hub   *pubsub.Hub
-	index int
-	name  string // its address, normalized, or its index when unknown
-	// failing is set by a try whose request to the master failed, and
-	// cleared by one that it answered: a failing master is no gate.
-	failing atomic.Bool
+	r *redlock.Redlock
 }
 
 // NewRedlock returns a Redlock over masters, independent Redis masters (no
@@ -154,147 +112,9 @@ type rlNode struct {
 // to a master that stalls ends at its node timeout (see Acquiring below);
 // NewRedlock logs a warning (WithLogger) for a *redis.Client without it.
 func NewRedlock(masters []redis.UniversalClient, opts ...Option) *Redlock {
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o(&cfg)
-		}
-	}
-	c := &Client{cfg: cfg, id: wire.NewClientID(cfg.name), err: cfg.err, holds: make(map[string]*lease.Hold), gates: make(map[string]*ownerGate)}
-	c.tel = telemetry.New(cfg.tracerProvider, cfg.meterProvider, cfg.nameAttr)
-	r := &Redlock{c: c, quorum: len(masters)/2 + 1, seen: make(map[string]struct{})}
-	r.callsIdle = sync.NewCond(&r.callsMu)
-	if c.err == nil {
-		c.err = checkMasters(masters)
-	}
-	if c.err == nil && cfg.sync.replicas > 0 {
-		c.err = invalidf("redlock: WithSyncReplicas does not apply to a Redlock")
-	}
-	if c.err != nil {
-		r.err = c.err
-		c.closed.Store(true)
-		return r
-	}
-	for i, m := range masters {
-		if rdb, ok := m.(*redis.Client); ok && !rdb.Options().ContextTimeoutEnabled {
-			cfg.logger.Warn("dlock: redlock master without ContextTimeoutEnabled: a call to it that stalls lasts until its ReadTimeout, not the node timeout, and Close waits for it",
-				"master", i, "read_timeout", rdb.Options().ReadTimeout.String())
-		}
-	}
-	c.waits = wait.NewRegistry()
-	c.loop = &wait.Loop{Reg: c.waits, Tel: c.tel, Timeout: cfg.watchdog} // no Hub: each master has its own (see redlock_wait.go)
-	c.outage = &lease.Outage{Log: cfg.logger}
-	c.wd = lease.NewWatchdog(cfg.watchdog, r.sendRenewals, false, c.tel, c.outage)
-	for i, rdb := range masters {
-		n := &rlNode{rdb: rdb, index: i, name: masterName(rdb, i)}
-		if _, cluster := rdb.(*redis.ClusterClient); !cluster {
-			n.co = coalesce.New(rdb, pipelinesInFlight) // see Client.co
-		}
-		n.hub = pubsub.New(rdb, rlHubHandler{r}, pubsub.Options{Linger: subscriptionLinger, Logger: cfg.logger})
-		r.nodes = append(r.nodes, n)
-	}
-	return r
-}
-
-// checkMasters checks the masters NewRedlock was given.
-func checkMasters(masters []redis.UniversalClient) error {
-	n := len(masters)
-	switch {
-	case n < 3:
-		return invalidf("redlock: %d masters; need an odd number, at least 3", n)
-	case n%2 == 0:
-		return invalidf("redlock: %d masters; need an odd number (an even one tolerates no more failures than one fewer)", n)
-	}
-	addrs := make(map[string]int, n)
-	for i, m := range masters {
-		if isNil(m) {
-			return invalidf("redlock: master %d is a nil client", i)
-		}
-		for j := range i {
-			if masters[j] == m {
-				return invalidf("redlock: masters %d and %d are the same client", j, i)
-			}
-		}
-		var addr string
-		switch rdb := m.(type) {
-		case *redis.Client:
-			o := rdb.Options()
-			if o.Addr == "FailoverClient" {
-				continue // a Sentinel client: its address is found at run time
-			}
-			addr = normalAddr(o.Network, o.Addr)
-		case *redis.ClusterClient, *redis.Ring:
-			return invalidf("redlock: master %d is a cluster or ring client; each master must be one Redis server", i)
-		default:
-			continue
-		}
-		if j, dup := addrs[addr]; dup {
-			return invalidf("redlock: masters %d and %d are the same server (%s)", j, i, addr)
-		}
-		addrs[addr] = i
-	}
-	return nil
-}
-
-// masterName names master i for gateOf: its address as normalAddr spells it,
-// or else its place in the list.
-func masterName(m redis.UniversalClient, i int) string {
-	if rdb, ok := m.(*redis.Client); ok && rdb.Options().Addr != "FailoverClient" {
-		o := rdb.Options()
-		return normalAddr(o.Network, o.Addr)
-	}
-	return "#" + strconv.Itoa(i)
-}
-
-// gateOf picks the gate master of the lock whose main key is key
-// (redlock_try.go): the master whose name hashes highest with the key, so
-// that every Client given the same masters, in any order, picks the same one
-// for a name, and names spread over the masters.
-func gateOf(nodes []*rlNode, key string) int {
-	gate, best := -1, uint64(0)
-	for _, n := range nodes {
-		h := fnv.New64a()
-		h.Write([]byte(n.name))
-		h.Write([]byte{0})
-		h.Write([]byte(key))
-		if v := mix64(h.Sum64()); gate < 0 || v > best {
-			gate, best = n.index, v
-		}
-	}
-	return gate
-}
-
-// mix64 spreads every bit of h over all of them (MurmurHash3's finalizer):
-// FNV's high bits hardly depend on the last bytes hashed.
-func mix64(h uint64) uint64 {
-	h ^= h >> 33
-	h *= 0xff51afd7ed558ccd
-	h ^= h >> 33
-	h *= 0xc4ceb9fe1a85ec53
-	h ^= h >> 33
-	return h
-}
-
-// normalAddr spells a server address so that two spellings of one loopback
-// address compare equal: no host or localhost is 127.0.0.1, and no port is
-// 6379.
-func normalAddr(network, addr string) string {
-	if network == "unix" {
-		return "unix:" + addr
-	}
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		host, port = addr, "6379"
-	}
-	host = strings.ToLower(host)
-	switch host {
-	case "", "localhost", "::1", "0.0.0.0", "::":
-		host = "127.0.0.1"
-	}
-	if port == "" {
-		port = "6379"
-	}
-	return net.JoinHostPort(host, port)
+	cfg := buildConfig(opts)
+	tel := telemetry.New(cfg.tracerProvider, cfg.meterProvider, cfg.nameAttr)
+	return &Redlock{r: redlock.New(masters, cfg.Config, tel, wire.NewClientID(cfg.name), cfg.err)}
 }
 
 // Mutex returns a handle on the lock called name over the Redlock's masters.
@@ -302,45 +122,10 @@ func normalAddr(network, addr string) string {
 // not apply. An empty name or an invalid option makes every method return an
 // error wrapping ErrInvalid.
 func (r *Redlock) Mutex(name string, opts ...LockOption) *Mutex {
-	m := r.c.newMutex(telemetry.KindMutex, name, opts)
-	m.rl = &rlMutex{r: r, m: m, keys: redlockKeys(m.key), gate: gateOf(r.nodes, m.key)}
-	return m
-}
-
-// run runs internal/scripts/redlock.lua on the master. Concurrent calls to it share
-// pipelines (internal/coalesce): a pipeline has the latest deadline of its
-// calls, all of which have the node timeout, so a call lasts about as long
-// as it would alone.
-func (n *rlNode) run(ctx context.Context, keys []string, args ...any) *redis.Cmd {
-	if n.co == nil {
-		return scripts.Redlock.Run(ctx, n.rdb, keys, args...)
-	}
-	return n.co.Run(ctx, scripts.Redlock, keys, args...)
-}
-
-// redlockKeys returns the keys of a Redlock Mutex whose main key is key: K,
-// F and CH of internal/scripts/redlock.lua.
-func redlockKeys(key string) []string {
-	return []string{key, key + redlockFenceSuffix, key + redlockChannelSuffix}
-}
-
-// The keys a Redlock Mutex adds to the main key: its fencing counter, which
-// expires a lease and redlockFenceMemory after its last raise, and the
-// channel its releases go to.
-const (
-	redlockFenceSuffix   = ":rlf"
-	redlockChannelSuffix = ":rlch"
-)
-
-// redlockFenceMemory is how long a master's fencing counter outlives the
-// lease of the grant that last raised it (see Fencing tokens on Redlock):
-// as long as a released lock keeps its last token on a single master.
-const redlockFenceMemory = time.Minute
-
-// fenceTTL is the expiry of a fencing counter raised by a grant of lease
-// ttl, in ms as the script takes it.
-func fenceTTL(ttl time.Duration) string {
-	return strconv.FormatInt((ttl + redlockFenceMemory).Milliseconds(), 10)
+	lc := buildLockConfig(opts)
+	h := r.r.Core.NewHandle(telemetry.KindMutex, name, lc.lease, lc.renewed, lc.err)
+	slot := &engine.Slot{}
+	return &Mutex{h: h, slot: slot, lk: r.r.NewMutex(h, slot)}
 }
 
 // Close stops the watchdog and the pub/sub connections, and waits for their
@@ -353,95 +138,4 @@ func fenceTTL(ttl time.Duration) string {
 // client's ReadTimeout (forever with -1), and Close waits as long, or a few
 // times as long when a give-back follows a late answer. It does not close
 // the masters' clients. Close is idempotent.
-func (r *Redlock) Close() error {
-	if r.err != nil {
-		return nil
-	}
-	var err error
-	r.closeOnce.Do(func() {
-		c := r.c
-		c.closed.Store(true)
-		c.waits.Close()
-		c.wd.Close()
-		for _, n := range r.nodes {
-			if e := n.hub.Close(); e != nil && err == nil {
-				err = e
-			}
-		}
-		r.awaitCalls()
-	})
-	return err
-}
-
-// nodeTimeout is how long a try, release or renewal waits for one master.
-func nodeTimeout(ttl time.Duration) time.Duration {
-	return min(max(ttl/10, 5*time.Millisecond), 500*time.Millisecond)
-}
-
-// proposal is the least token a try asks for: the clock in microseconds, or
-// one more than the last token seen, whichever is greater.
-func (r *Redlock) proposal() uint64 {
-	p := uint64(time.Now().UnixMicro())
-	if last := r.lastToken.Load(); last >= p {
-		p = last + 1
-	}
-	return p
-}
-
-// sawToken records a token issued on the masters.
-func (r *Redlock) sawToken(t uint64) {
-	for {
-		last := r.lastToken.Load()
-		if t <= last || r.lastToken.CompareAndSwap(last, t) {
-			return
-		}
-	}
-}
-
-// rlHubHandler turns release messages from any master into wake-ups of the
-// Redlock's local waiters. Each release is published by every master that
-// had the key, so a release is applied once, by its holder ID.
-type rlHubHandler struct{ r *Redlock }
-
-func (h rlHubHandler) Message(channel, payload string) {
-	m := wire.DecodeRelease(payload)
-	if m.Wake.Kind != wire.KindReleased || len(m.Wake.IDs) != 1 || m.From == h.r.c.id {
-		return // not a master's release; or this Redlock woke its own waiters
-	}
-	if !h.r.firstSeen(m.Wake.IDs[0]) {
-		return
-	}
-	h.r.c.waits.Wake(channel, wire.WakeOne, wait.WakeRelease)
-}
-
-func (h rlHubHandler) Subscribed(channel string) {
-	h.r.c.waits.Wake(channel, wire.WakeAll, wait.WakeSubscribed)
-}
-
-// released reports whether this Redlock has seen holder's release: from a
-// master's message, or as the holder itself. A gate that still refuses for
-// such a holder has not applied the release yet (see rlMutex.attempt).
-func (r *Redlock) released(holder string) bool {
-	r.seenMu.Lock()
-	defer r.seenMu.Unlock()
-	_, ok := r.seen[holder]
-	return ok
-}
-
-// firstSeen reports whether the release of holder is new to this Redlock,
-// and records it.
-func (r *Redlock) firstSeen(holder string) bool {
-	const remember = 1024
-	r.seenMu.Lock()
-	defer r.seenMu.Unlock()
-	if _, ok := r.seen[holder]; ok {
-		return false
-	}
-	r.seen[holder] = struct{}{}
-	r.seenLog = append(r.seenLog, holder)
-	if len(r.seenLog) > remember {
-		delete(r.seen, r.seenLog[0])
-		r.seenLog = r.seenLog[1:]
-	}
-	return true
-}
+func (r *Redlock) Close() error { return r.r.Close() }

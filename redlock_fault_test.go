@@ -80,6 +80,7 @@ func TestRedlock_MajorityPartitioned_LostWithinValidityBeforeSecondHolder(t *tes
 // renewals do not wait for them beyond the node timeout, so the hold lasts,
 // and locking and unlocking stay quick.
 func TestRedlock_MinorityPartitioned_HoldKeptCallsQuick(t *testing.T) {
+	long(t)
 	srvs := masters(t, 5)
 	const lease = 900 * time.Millisecond
 	a, proxies := proxiedRedlock(t, srvs, dlock.WithWatchdogTimeout(lease))
@@ -244,6 +245,7 @@ func TestRedlock_Tokens_MaxOverQuorumWrittenBack(t *testing.T) {
 // for increments lost to such overlaps (one each at most), and tokens
 // strictly increase in the order of the holds.
 func TestRedlock_Exclusion_MastersKilledAndRestarted(t *testing.T) {
+	long(t)
 	srvs := masters(t, 5)
 	const lease = time.Second
 	var rls []*dlock.Redlock

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock"
@@ -250,6 +251,7 @@ func TestRedlock_MinorityDown_GrantsMajorityDown_GivesBack(t *testing.T) {
 // A blocked Lock is woken by the release message of any master, long
 // before the holder's lease would have run out, and even with a master down.
 func TestRedlock_WaiterWokenByPubSub(t *testing.T) {
+	long(t)
 	srvs := masters(t, 5)
 	ma, mb, _ := rivalsOn(t, srvs, 20*time.Second)
 	ctx := ctxTimeout(t, 10*time.Second)
@@ -395,4 +397,29 @@ func TestRedlock_ForeignKey_RefusedAtOnceNothingWritten(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A Redlock Mutex's Status reads what a quorum of its masters says: the
+// holder with its token while held, nobody after Unlock. Before the
+// engines were split, it ran the one-Redis status script on a Redlock,
+// which has no Redis of its own, and panicked.
+func TestRedlock_Status_QuorumHolderAndToken(t *testing.T) {
+	srvs := masters(t, 3)
+	r := redlockOn(t, addrsOf(srvs))
+	ctx := ctxTimeout(t, 10*time.Second)
+	m := r.Mutex(name(t))
+	st, err := m.Status(ctx)
+	require.NoError(t, err)
+	require.False(t, st.Held())
+	require.NoError(t, m.Lock(ctx))
+	st, err = m.Status(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Holders, 1)
+	assert.Equal(t, dlock.KindMutex, st.Kind)
+	assert.Equal(t, m.Token(), st.Token, "the hold's token")
+	assert.Positive(t, st.Holders[0].Lease)
+	require.NoError(t, m.Unlock(ctx))
+	st, err = m.Status(ctx)
+	require.NoError(t, err)
+	assert.False(t, st.Held(), "held after Unlock: %+v", st)
 }

@@ -2,13 +2,12 @@ package dlock
 
 import (
 	"context"
-	"strings"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
@@ -28,8 +27,8 @@ import (
 //
 // Make one with Client.ReentrantMutex. The zero ReentrantMutex is not usable.
 type ReentrantMutex struct {
-	handle
-	x    excl
+	h    *engine.Handle
+	x    *engine.Excl
 	self string // owner ID used when ctx names none (WithHandleOwner); else ""
 }
 
@@ -40,28 +39,26 @@ type ReentrantMutex struct {
 // not a lock of its kind.
 func (c *Client) ReentrantMutex(name string, opts ...LockOption) *ReentrantMutex {
 	lc := buildLockConfig(opts)
-	r := &ReentrantMutex{handle: c.newHandle(telemetry.KindReentrant, name, lc.lease, lc.err, exclKeys...), self: handleOwnerID(c, lc)}
-	r.renewed = lc.renewed
-	r.x = newExcl(&r.handle, true)
-	return r
+	h := c.core.NewHandle(telemetry.KindReentrant, name, lc.lease, lc.renewed, lc.err, engine.ExclKeys...)
+	return &ReentrantMutex{h: h, x: engine.NewExcl(h, true), self: handleOwnerID(c, lc)}
 }
 
 // Name returns the lock's name, without the key prefix.
-func (r *ReentrantMutex) Name() string { return r.name }
+func (r *ReentrantMutex) Name() string { return r.h.Name }
 
 // hold returns the owner in ctx's side of the lock.
-func (r *ReentrantMutex) hold(ctx context.Context) (*counted, error) {
-	if err := r.usable(ctx); err != nil {
+func (r *ReentrantMutex) hold(ctx context.Context) (*engine.Counted, error) {
+	if err := r.h.Usable(ctx); err != nil {
 		return nil, err
 	}
-	owner, err := ownerID(r.c, ctx, r.self)
+	owner, err := ownerID(r.h.C, ctx, r.self)
 	if err != nil {
 		return nil, err
 	}
-	hk := holdKey(r.key, owner)
-	waiter := wire.ExclWaiter(r.lease, 0, owner)
-	return &counted{h: &r.handle, ops: reentrantOps{r}, owner: owner, hk: hk, gate: hk, leaseKey: r.key, spec: wire.SpecHolder,
-		waiter: waiter, markKey: r.x.keys[2], markExtra: r.x.keys[1:2], markSpec: wire.Spec{Kind: wire.SpecMemberWith, ID: waiter}}, nil
+	hk := engine.HoldKey(r.h.Key, owner)
+	waiter := wire.ExclWaiter(r.h.Lease, 0, owner)
+	return &engine.Counted{H: r.h, Ops: reentrantOps{r}, Owner: owner, HK: hk, Gate: hk, LeaseKey: r.h.Key, Spec: wire.SpecHolder,
+		Waiter: waiter, MarkKey: r.x.Keys()[2], MarkExtra: r.x.Keys()[1:2], MarkSpec: wire.Spec{Kind: wire.SpecMemberWith, ID: waiter}}, nil
 }
 
 // Lock blocks until the owner holds the lock, ctx ends, or the Client closes.
@@ -72,7 +69,7 @@ func (r *ReentrantMutex) hold(ctx context.Context) (*counted, error) {
 // ctx.Err(), and leaves the hold count as it was. Uncontended, Lock is one
 // round trip.
 func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
-	ctx, sp, err := r.beginAcquire(ctx, "dlock.ReentrantMutex.Lock", "lock")
+	ctx, sp, err := r.h.BeginAcquire(ctx, "dlock.ReentrantMutex.Lock", "lock")
 	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		_, err = r.acquire(ctx, "lock", true)
@@ -84,7 +81,7 @@ func (r *ReentrantMutex) Lock(ctx context.Context) (err error) {
 // reports whether it did, in one round trip. Another owner's hold is
 // (false, nil).
 func (r *ReentrantMutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp, err := r.beginAcquire(ctx, "dlock.ReentrantMutex.TryLock", "trylock")
+	ctx, sp, err := r.h.BeginAcquire(ctx, "dlock.ReentrantMutex.TryLock", "trylock")
 	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err == nil {
 		ok, err = r.acquire(ctx, "trylock", false)
@@ -97,26 +94,26 @@ func (r *ReentrantMutex) acquire(ctx context.Context, op string, block bool) (bo
 	if err != nil {
 		return false, err
 	}
-	return r.newAcquisition(ctx, k, op, block, wait.As{Owner: k.owner}).run()
+	return r.h.NewAcquisition(ctx, k, op, block, wait.As{Owner: k.Owner}).Run()
 }
 
 // reentrantOps are the scripts of a ReentrantMutex: the exclusive lock's,
 // counted.
 type reentrantOps struct{ r *ReentrantMutex }
 
-func (o reentrantOps) tryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
-	return o.r.x.try(ctx, waiter, owner, 0, ttl, markTTL)
+func (o reentrantOps) TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
+	return o.r.x.Try(ctx, waiter, owner, 0, ttl, markTTL)
 }
 
-func (o reentrantOps) serverCount(ctx context.Context, owner string) (int64, error) {
-	return holderCount(ctx, o.r.c, o.r.key, owner)
+func (o reentrantOps) ServerCount(ctx context.Context, owner string) (int64, error) {
+	return o.r.h.C.HolderCount(ctx, o.r.h.Key, owner)
 }
 
-func (o reentrantOps) releaseScript(ctx context.Context, owner string) (int64, error) {
-	return o.r.x.unlock(ctx, owner)
+func (o reentrantOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
+	return o.r.x.Unlock(ctx, owner)
 }
 
-func (o reentrantOps) leaveQueue(ctx context.Context, _, waiter string) { o.r.x.cancel(ctx, waiter) }
+func (o reentrantOps) LeaveQueue(ctx context.Context, _, waiter string) { o.r.x.Cancel(ctx, waiter) }
 
 // Unlock drops one of the owner's holds; the last one releases the lock and
 // wakes one waiter. One round trip.
@@ -127,14 +124,14 @@ func (o reentrantOps) leaveQueue(ctx context.Context, _, waiter string) { o.r.x.
 // when it fails the hold is no longer renewed: it ends by its lease at the
 // latest.
 func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp, err := r.begin(ctx, "dlock.ReentrantMutex.Unlock")
+	ctx, sp, err := r.h.Begin(ctx, "dlock.ReentrantMutex.Unlock")
 	defer func() { sp.EndRelease(err) }()
-	var k *counted
+	var k *engine.Counted
 	if err == nil {
 		k, err = r.hold(ctx)
 	}
 	if err == nil {
-		err = k.release(ctx, "unlock")
+		err = k.Release(ctx, "unlock")
 	}
 	return err
 }
@@ -146,25 +143,25 @@ func (r *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	st, err := r.x.state(ctx)
+	st, err := r.x.State(ctx)
 	if err != nil {
-		return 0, r.fail("holdcount", err)
+		return 0, r.h.Fail("holdcount", err)
 	}
-	if st.holder != k.owner {
+	if st.Holder != k.Owner {
 		return 0, nil
 	}
-	return int(st.count), nil
+	return int(st.Count), nil
 }
 
 // IsLocked reports whether any owner holds the lock.
 func (r *ReentrantMutex) IsLocked(ctx context.Context) (bool, error) {
-	return r.x.isLocked(ctx, "islocked")
+	return r.x.IsLocked(ctx, "islocked")
 }
 
 // TTL returns how long the current hold's lease has left, whoever holds it,
 // or 0 when the lock is free. Under the watchdog it stays between two and
 // three thirds of the watchdog timeout while held.
-func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) { return r.x.ttl(ctx, "ttl") }
+func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) { return r.x.TTL(ctx, "ttl") }
 
 // ForceUnlock releases the lock whoever holds it, and hands it to the first
 // waiter queued, if any. It reports whether there was a hold to release.
@@ -172,30 +169,14 @@ func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) { retur
 // and their hold contexts; holders on this Client learn at once. It is for
 // operators and tests: a holder that is still running loses its exclusion.
 func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (released bool, err error) {
-	return r.x.forceUnlock(ctx, "dlock.ReentrantMutex.ForceUnlock", func(cause error) { r.c.loseAll(r.key, cause) })
-}
-
-// loseAll reports lost every counted hold this Client tracks on key.
-func (c *Client) loseAll(key string, cause error) {
-	prefix := key + "\x00"
-	c.holdsMu.Lock()
-	var mine []*lease.Hold
-	for hk, l := range c.holds {
-		if strings.HasPrefix(hk, prefix) {
-			mine = append(mine, l)
-		}
-	}
-	c.holdsMu.Unlock()
-	for _, l := range mine {
-		c.wd.Lose(&l.Lease, cause)
-	}
+	return r.x.ForceUnlock(ctx, "dlock.ReentrantMutex.ForceUnlock", func(cause error) { r.h.C.LoseAll(r.h.Key, cause) })
 }
 
 // Extend makes the hold of the owner in ctx end lease from now, all its
 // re-entries with it (see Mutex.Extend). It returns an error matching
 // ErrNotHeld when that owner holds nothing through this Client.
 func (r *ReentrantMutex) Extend(ctx context.Context, lease time.Duration) error {
-	return r.extend(ctx, "dlock.ReentrantMutex.Extend", r.holdOf(ctx), lease)
+	return r.h.Extend(ctx, "dlock.ReentrantMutex.Extend", r.holdOf(ctx), lease)
 }
 
 // Token returns the fencing token of the hold of the owner in ctx, or 0 when
@@ -216,7 +197,7 @@ func (r *ReentrantMutex) Token(ctx context.Context) uint64 {
 // lost (see Mutex.Lost), or nil when that owner holds nothing through this
 // Client.
 func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
-	return r.c.wd.LostOf(r.holdOf(ctx))
+	return r.h.C.WD.LostOf(r.holdOf(ctx))
 }
 
 // HoldContext returns a copy of ctx that is cancelled when the hold of the
@@ -224,7 +205,7 @@ func (r *ReentrantMutex) Lost(ctx context.Context) <-chan struct{} {
 // context.Cause reports an error matching ErrLost. Without a hold it is
 // already cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
 func (r *ReentrantMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return r.c.wd.HoldContext(ctx, r.holdOf(ctx))
+	return r.h.C.WD.HoldContext(ctx, r.holdOf(ctx))
 }
 
 func (r *ReentrantMutex) holdOf(ctx context.Context) *lease.Hold {
@@ -232,5 +213,5 @@ func (r *ReentrantMutex) holdOf(ctx context.Context) *lease.Hold {
 	if err != nil {
 		return nil
 	}
-	return k.lease()
+	return k.Hold()
 }

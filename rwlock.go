@@ -4,15 +4,14 @@ import (
 	"context"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
-	"github.com/dlock-go/dlock/internal/lease"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // RWMutex is a distributed reader/writer lock: many readers or one writer,
@@ -37,8 +36,9 @@ import (
 //
 // Make one with Client.RWMutex. The zero RWMutex is not usable.
 type RWMutex struct {
-	handle        // keys: W, RL, RC, Q, QE, F (see internal/scripts/rw_common.lua) and the channel
-	self   string // owner ID used when ctx names none (WithHandleOwner); else ""
+	h    *engine.Handle // keys: W, RL, RC, Q, QE, F (see internal/scripts/rw_common.lua) and the channel
+	r    *engine.Handle // h as the read side reports itself in telemetry
+	self string         // owner ID used when ctx names none (WithHandleOwner); else ""
 }
 
 // RWMutex returns a handle on the read-write lock called name. It sends
@@ -46,37 +46,36 @@ type RWMutex struct {
 // return an error wrapping ErrInvalid.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	lc := buildLockConfig(opts)
-	rw := &RWMutex{handle: c.newHandle(telemetry.KindRWWrite, name, lc.lease, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f"), self: handleOwnerID(c, lc)}
-	rw.renewed = lc.renewed
-	return rw
+	h := c.core.NewHandle(telemetry.KindRWWrite, name, lc.lease, lc.renewed, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f")
+	r := *h
+	r.Kind = telemetry.KindRWRead
+	return &RWMutex{h: h, r: &r, self: handleOwnerID(c, lc)}
 }
 
 // Name returns the lock's name, without the key prefix.
-func (rw *RWMutex) Name() string { return rw.name }
+func (rw *RWMutex) Name() string { return rw.h.Name }
 
 // side returns the owner in ctx's read or write side of the lock. Both sides
 // of one owner share its gate.
-func (rw *RWMutex) side(ctx context.Context, write bool) (*counted, error) {
-	if err := rw.usable(ctx); err != nil {
+func (rw *RWMutex) side(ctx context.Context, write bool) (*engine.Counted, error) {
+	if err := rw.h.Usable(ctx); err != nil {
 		return nil, err
 	}
-	owner, err := ownerID(rw.c, ctx, rw.self)
+	owner, err := ownerID(rw.h.C, ctx, rw.self)
 	if err != nil {
 		return nil, err
 	}
-	k := &counted{owner: owner, gate: holdKey(rw.keys[0], owner), markKey: rw.keys[4], markExtra: rw.keys[3:4]}
+	k := &engine.Counted{Owner: owner, Gate: engine.HoldKey(rw.h.Keys[0], owner), MarkKey: rw.h.Keys[4], MarkExtra: rw.h.Keys[3:4]}
 	if write {
-		k.h, k.ops, k.leaseKey, k.spec = &rw.handle, rwOps{rw, true}, rw.keys[0], wire.SpecHolder
-		k.waiter = wire.RWWaiter(rw.lease, true, owner)
+		k.H, k.Ops, k.LeaseKey, k.Spec = rw.h, rwOps{rw, true}, rw.h.Keys[0], wire.SpecHolder
+		k.Waiter = wire.RWWaiter(rw.h.Lease, true, owner)
 	} else {
-		reader := rw.handle
-		reader.kind = telemetry.KindRWRead
 		// A read hold keeps RC and W (the lock's kind) alive with it.
-		k.h, k.ops, k.leaseKey, k.extra, k.spec = &reader, rwOps{rw, false}, rw.keys[1], []string{rw.keys[2], rw.keys[0]}, wire.SpecMemberWith2
-		k.waiter = wire.RWWaiter(rw.lease, false, owner)
+		k.H, k.Ops, k.LeaseKey, k.Extra, k.Spec = rw.r, rwOps{rw, false}, rw.h.Keys[1], []string{rw.h.Keys[2], rw.h.Keys[0]}, wire.SpecMemberWith2
+		k.Waiter = wire.RWWaiter(rw.h.Lease, false, owner)
 	}
-	k.markSpec = wire.Spec{Kind: wire.SpecMemberWith, ID: k.waiter}
-	k.hk = holdKey(k.leaseKey, owner)
+	k.MarkSpec = wire.Spec{Kind: wire.SpecMemberWith, ID: k.Waiter}
+	k.HK = engine.HoldKey(k.LeaseKey, owner)
 	return k, nil
 }
 
@@ -90,7 +89,7 @@ func (rw *RWMutex) acquire(ctx context.Context, write bool, op string, block boo
 	if write {
 		kind = wire.KindWriter
 	}
-	return k.h.newAcquisition(ctx, k, op, block, wait.As{Kind: kind, Owner: k.owner}).run()
+	return k.H.NewAcquisition(ctx, k, op, block, wait.As{Kind: kind, Owner: k.Owner}).Run()
 }
 
 // release drops one hold of a side of the lock.
@@ -99,14 +98,14 @@ func (rw *RWMutex) release(ctx context.Context, write bool, op string) error {
 	if err != nil {
 		return err
 	}
-	return k.release(ctx, op)
+	return k.Release(ctx, op)
 }
 
 // RLock blocks until the owner holds a read lock, ctx ends, or the Client
 // closes. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), and changes nothing.
 func (rw *RWMutex) RLock(ctx context.Context) (err error) {
-	ctx, sp, err := rw.reader().beginAcquire(ctx, "dlock.RWMutex.RLock", "rlock")
+	ctx, sp, err := rw.r.BeginAcquire(ctx, "dlock.RWMutex.RLock", "rlock")
 	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		_, err = rw.acquire(ctx, false, "rlock", true)
@@ -117,7 +116,7 @@ func (rw *RWMutex) RLock(ctx context.Context) (err error) {
 // TryRLock takes or re-enters a read hold if no other owner writes and no
 // writer waits, and reports whether it did, in one round trip.
 func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp, err := rw.reader().beginAcquire(ctx, "dlock.RWMutex.TryRLock", "tryrlock")
+	ctx, sp, err := rw.r.BeginAcquire(ctx, "dlock.RWMutex.TryRLock", "tryrlock")
 	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err == nil {
 		ok, err = rw.acquire(ctx, false, "tryrlock", false)
@@ -131,7 +130,7 @@ func (rw *RWMutex) TryRLock(ctx context.Context) (ok bool, err error) {
 // write lock. When ctx ends first it returns an error matching both
 // ErrNotObtained and ctx.Err(), withdraws its wait, and changes nothing.
 func (rw *RWMutex) Lock(ctx context.Context) (err error) {
-	ctx, sp, err := rw.beginAcquire(ctx, "dlock.RWMutex.Lock", "lock")
+	ctx, sp, err := rw.h.BeginAcquire(ctx, "dlock.RWMutex.Lock", "lock")
 	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		_, err = rw.acquire(ctx, true, "lock", true)
@@ -142,7 +141,7 @@ func (rw *RWMutex) Lock(ctx context.Context) (err error) {
 // TryLock takes or re-enters the write lock if nobody else holds the lock,
 // and reports whether it did, in one round trip. It leaves no waiting mark.
 func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
-	ctx, sp, err := rw.beginAcquire(ctx, "dlock.RWMutex.TryLock", "trylock")
+	ctx, sp, err := rw.h.BeginAcquire(ctx, "dlock.RWMutex.TryLock", "trylock")
 	defer func() { sp.EndAcquire(err, ok, false) }()
 	if err == nil {
 		ok, err = rw.acquire(ctx, true, "trylock", false)
@@ -157,7 +156,7 @@ func (rw *RWMutex) TryLock(ctx context.Context) (ok bool, err error) {
 // fails the read hold is no longer renewed: it ends by its lease at the
 // latest.
 func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
-	ctx, sp, err := rw.reader().begin(ctx, "dlock.RWMutex.RUnlock")
+	ctx, sp, err := rw.r.Begin(ctx, "dlock.RWMutex.RUnlock")
 	defer func() { sp.EndRelease(err) }()
 	if err == nil {
 		err = rw.release(ctx, false, "runlock")
@@ -172,7 +171,7 @@ func (rw *RWMutex) RUnlock(ctx context.Context) (err error) {
 // even when ctx has ended, and when it fails the write hold is no longer
 // renewed: it ends by its lease at the latest.
 func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
-	ctx, sp, err := rw.begin(ctx, "dlock.RWMutex.Unlock")
+	ctx, sp, err := rw.h.Begin(ctx, "dlock.RWMutex.Unlock")
 	defer func() { sp.EndRelease(err) }()
 	if err == nil {
 		err = rw.release(ctx, true, "unlock")
@@ -180,33 +179,26 @@ func (rw *RWMutex) Unlock(ctx context.Context) (err error) {
 	return err
 }
 
-// reader is the handle as the read side reports itself in telemetry.
-func (rw *RWMutex) reader() *handle {
-	h := rw.handle
-	h.kind = telemetry.KindRWRead
-	return &h
-}
-
 // Lost returns a channel that is closed if the write hold of the owner in
 // ctx is lost, or nil when that owner does not write through this Client.
 func (rw *RWMutex) Lost(ctx context.Context) <-chan struct{} {
-	return rw.c.wd.LostOf(rw.holdOf(ctx, true))
+	return rw.h.C.WD.LostOf(rw.holdOf(ctx, true))
 }
 
 // RLost is Lost for the owner's read hold.
 func (rw *RWMutex) RLost(ctx context.Context) <-chan struct{} {
-	return rw.c.wd.LostOf(rw.holdOf(ctx, false))
+	return rw.h.C.WD.LostOf(rw.holdOf(ctx, false))
 }
 
 // HoldContext returns a copy of ctx cancelled when the write hold of the
 // owner in ctx ends (see Mutex.HoldContext).
 func (rw *RWMutex) HoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.c.wd.HoldContext(ctx, rw.holdOf(ctx, true))
+	return rw.h.C.WD.HoldContext(ctx, rw.holdOf(ctx, true))
 }
 
 // RHoldContext is HoldContext for the owner's read hold.
 func (rw *RWMutex) RHoldContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return rw.c.wd.HoldContext(ctx, rw.holdOf(ctx, false))
+	return rw.h.C.WD.HoldContext(ctx, rw.holdOf(ctx, false))
 }
 
 func (rw *RWMutex) holdOf(ctx context.Context, write bool) *lease.Hold {
@@ -214,7 +206,7 @@ func (rw *RWMutex) holdOf(ctx context.Context, write bool) *lease.Hold {
 	if err != nil {
 		return nil
 	}
-	return k.lease()
+	return k.Hold()
 }
 
 // ForceUnlock releases the lock whoever holds it, the writer and every
@@ -222,23 +214,23 @@ func (rw *RWMutex) holdOf(ctx context.Context, write bool) *lease.Hold {
 // reports whether anyone held it. Holders on this Client learn at once,
 // holders elsewhere at their next renewal (see ReentrantMutex.ForceUnlock).
 func (rw *RWMutex) ForceUnlock(ctx context.Context) (released bool, err error) {
-	return rw.forceUnlock(ctx, "dlock.RWMutex.ForceUnlock", func(ctx context.Context) ([]any, error) {
-		return rw.c.script(ctx, scripts.RWForce, rw.keys, rw.c.id).Slice()
+	return rw.h.ForceUnlock(ctx, "dlock.RWMutex.ForceUnlock", func(ctx context.Context) ([]any, error) {
+		return rw.h.C.Script(ctx, scripts.RWForce, rw.h.Keys, rw.h.C.ID).Slice()
 	}, func(cause error) {
-		rw.c.loseAll(rw.keys[0], cause)
-		rw.c.loseAll(rw.keys[1], cause)
+		rw.h.C.LoseAll(rw.h.Keys[0], cause)
+		rw.h.C.LoseAll(rw.h.Keys[1], cause)
 	})
 }
 
 // Extend makes the write hold of the owner in ctx end lease from now (see
 // Mutex.Extend).
 func (rw *RWMutex) Extend(ctx context.Context, lease time.Duration) error {
-	return rw.extend(ctx, "dlock.RWMutex.Extend", rw.holdOf(ctx, true), lease)
+	return rw.h.Extend(ctx, "dlock.RWMutex.Extend", rw.holdOf(ctx, true), lease)
 }
 
 // RExtend is Extend for the owner's read hold.
 func (rw *RWMutex) RExtend(ctx context.Context, lease time.Duration) error {
-	return rw.reader().extend(ctx, "dlock.RWMutex.RExtend", rw.holdOf(ctx, false), lease)
+	return rw.r.Extend(ctx, "dlock.RWMutex.RExtend", rw.holdOf(ctx, false), lease)
 }
 
 // Token returns the fencing token of the write hold of the owner in ctx, or
@@ -258,28 +250,28 @@ type rwOps struct {
 	write bool
 }
 
-func (o rwOps) tryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
+func (o rwOps) TryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
 	rw := o.rw
 	s := scripts.RWTryRead
 	if o.write {
 		s = scripts.RWTryWrite
 	}
-	res, err := rw.c.script(ctx, s, rw.keys, waiter, millis(ttl), millis(markTTL), rw.c.id).Slice()
+	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, waiter, wire.Millis(ttl), wire.Millis(markTTL), rw.h.C.ID).Slice()
 	if err != nil {
 		return wire.Try{}, err
 	}
 	return wire.DecodeTry(res)
 }
 
-func (o rwOps) serverCount(ctx context.Context, owner string) (int64, error) {
+func (o rwOps) ServerCount(ctx context.Context, owner string) (int64, error) {
 	rw := o.rw
 	if !o.write {
-		return rw.c.rdb.HGet(ctx, rw.keys[2], owner).Int64()
+		return rw.h.C.RDB.HGet(ctx, rw.h.Keys[2], owner).Int64()
 	}
-	return holderCount(ctx, rw.c, rw.key, owner)
+	return rw.h.C.HolderCount(ctx, rw.h.Key, owner)
 }
 
-func (o rwOps) releaseScript(ctx context.Context, owner string) (int64, error) {
+func (o rwOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
 	s := scripts.RWUnlockRead
 	if o.write {
 		s = scripts.RWUnlockWrite
@@ -290,17 +282,17 @@ func (o rwOps) releaseScript(ctx context.Context, owner string) (int64, error) {
 // leaveQueue withdraws the waiter, giving up a hand-over it has not claimed
 // and letting in whoever its leaving lets in. Best effort: a place left
 // behind expires with its mark.
-func (o rwOps) leaveQueue(ctx context.Context, _, waiter string) {
+func (o rwOps) LeaveQueue(ctx context.Context, _, waiter string) {
 	_, _ = o.rw.run(ctx, scripts.RWCancel, waiter)
 }
 
 // run runs one of the scripts that let waiters in, {n, owners, token, ttl},
 // and wakes the waiters of this Client it handed the lock to. It returns n.
 func (rw *RWMutex) run(ctx context.Context, s *redis.Script, arg string) (int64, error) {
-	res, err := rw.c.script(ctx, s, rw.keys, arg, rw.c.id).Slice()
+	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, arg, rw.h.C.ID).Slice()
 	if err != nil {
-		rw.wakeUnknown(err)
+		rw.h.WakeUnknown(err)
 		return 0, err
 	}
-	return rw.settleHandover(res)
+	return rw.h.SettleHandover(res)
 }

@@ -5,16 +5,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Semaphore is a distributed counting semaphore whose permits are leases.
@@ -47,8 +45,8 @@ import (
 // total, once per name; TryAcquire on it, and an Acquire whose ctx ends
 // while it is unset, fail with an error that says the total was never set.
 type Semaphore struct {
-	handle // keys: M, H, C, Q, QE (see internal/scripts/sem_common.lua) and the channel
-	idle   time.Duration
+	h    *engine.Handle // keys: M, H, C, Q, QE (see internal/scripts/sem_common.lua) and the channel
+	idle time.Duration
 }
 
 // MaxPermits is the largest permit count a Semaphore takes or holds: the
@@ -64,13 +62,12 @@ const MaxPermits = 1<<53 - 1
 // error wrapping ErrInvalid.
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	sc := buildSemConfig(opts, SemaphoreOption.applySemaphore)
-	s := &Semaphore{handle: c.newHandle(telemetry.KindSemaphore, name, sc.lease, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
-	s.renewed = sc.renewed
+	s := &Semaphore{h: c.core.NewHandle(telemetry.KindSemaphore, name, sc.lease, sc.renewed, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
 	return s
 }
 
 // Name returns the semaphore's name, without the key prefix.
-func (s *Semaphore) Name() string { return s.name }
+func (s *Semaphore) Name() string { return s.h.Name }
 
 // TrySetPermits sets the total number of permits to n if it was never set,
 // and reports whether it did. n must be between 1 and MaxPermits. A total
@@ -95,11 +92,11 @@ func (s *Semaphore) SetPermits(ctx context.Context, n int) error {
 }
 
 func (s *Semaphore) checkTotal(ctx context.Context, n int) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.h.Usable(ctx); err != nil {
 		return err
 	}
 	if n < 1 || int64(n) > MaxPermits {
-		return invalidf("semaphore %q: a total of %d permits, not between 1 and MaxPermits (%d)", s.name, n, int64(MaxPermits))
+		return errs.Invalidf("semaphore %q: a total of %d permits, not between 1 and MaxPermits (%d)", s.h.Name, n, int64(MaxPermits))
 	}
 	return nil
 }
@@ -110,26 +107,26 @@ func (s *Semaphore) checkTotal(ctx context.Context, n int) error {
 // the total below them makes Available negative until enough are released.
 // Waiters the new permits can serve are woken.
 func (s *Semaphore) AddPermits(ctx context.Context, n int) error {
-	if err := s.usable(ctx); err != nil {
+	if err := s.h.Usable(ctx); err != nil {
 		return err
 	}
 	if int64(n) > MaxPermits || int64(n) < -MaxPermits {
-		return invalidf("semaphore %q: adding %d permits, beyond MaxPermits (%d) either way", s.name, n, int64(MaxPermits))
+		return errs.Invalidf("semaphore %q: adding %d permits, beyond MaxPermits (%d) either way", s.h.Name, n, int64(MaxPermits))
 	}
 	_, err := s.permits(ctx, "add", n)
 	return err
 }
 
 func (s *Semaphore) permits(ctx context.Context, op string, n int) (bool, error) {
-	res, err := s.c.script(ctx, scripts.SemPermits, s.keys, op, n, s.c.id, millis(s.idle)).Slice()
+	res, err := s.h.C.Script(ctx, scripts.SemPermits, s.h.Keys, op, n, s.h.C.ID, wire.Millis(s.idle)).Slice()
 	if err != nil {
-		return false, s.fail("permits", err)
+		return false, s.h.Fail("permits", err)
 	}
-	changed, msg, err := pair(res)
+	changed, msg, err := wire.DecodePair(res)
 	if err != nil {
-		return false, opErr("permits", s.name, "", err)
+		return false, errs.Op("permits", s.h.Name, "", err)
 	}
-	s.wakeLocal(msg)
+	s.h.WakeLocal(msg)
 	return changed == 1, nil
 }
 
@@ -148,15 +145,15 @@ func (s *Semaphore) Total(ctx context.Context) (int, error) {
 }
 
 func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
-	if err := s.usable(ctx); err != nil {
+	if err := s.h.Usable(ctx); err != nil {
 		return 0, 0, err
 	}
-	res, err := s.c.script(ctx, scripts.SemAvailable, s.keys, s.c.id).Slice()
+	res, err := s.h.C.Script(ctx, scripts.SemAvailable, s.h.Keys, s.h.C.ID).Slice()
 	if err != nil {
-		return 0, 0, s.fail("available", err)
+		return 0, 0, s.h.Fail("available", err)
 	}
 	if len(res) < 2 {
-		return 0, 0, opErr("available", s.name, fmt.Sprintf("unexpected reply %v", res))
+		return 0, 0, errs.Op("available", s.h.Name, fmt.Sprintf("unexpected reply %v", res))
 	}
 	a, _ := res[0].(int64)
 	t, _ := res[1].(int64)
@@ -172,7 +169,7 @@ func (s *Semaphore) counts(ctx context.Context) (avail, total int, err error) {
 // the queue, and takes nothing; the error says so when the total was never
 // set (see Semaphore).
 func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
-	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Acquire", "acquire")
+	ctx, sp, err := s.h.BeginAcquire(ctx, "dlock.Semaphore.Acquire", "acquire")
 	defer func() { sp.EndAcquire(err, err == nil, true) }()
 	if err == nil {
 		p, _, err = s.acquire(ctx, n, "acquire", true)
@@ -185,7 +182,7 @@ func (s *Semaphore) Acquire(ctx context.Context, n int) (p *Permit, err error) {
 // total was never set, which the error then says), it returns an error
 // matching ErrNotObtained. TryAcquire(ctx, 0) succeeds at once.
 func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error) {
-	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.TryAcquire", "tryacquire")
+	ctx, sp, err := s.h.BeginAcquire(ctx, "dlock.Semaphore.TryAcquire", "tryacquire")
 	defer func() { sp.EndAcquire(err, p != nil, false) }()
 	unset := false
 	if err == nil {
@@ -196,7 +193,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error
 		if unset {
 			detail += ": " + unsetHint
 		}
-		err = opErr("tryacquire", s.name, detail, ErrNotObtained)
+		err = errs.Op("tryacquire", s.h.Name, detail, ErrNotObtained)
 	}
 	return p, err
 }
@@ -206,14 +203,14 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int) (p *Permit, err error
 func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (p *Permit, unset bool, err error) {
 	switch {
 	case n < 0 || int64(n) > MaxPermits:
-		return nil, false, invalidf("semaphore %q: acquire %d permits, not between 0 and MaxPermits (%d)", s.name, n, int64(MaxPermits))
+		return nil, false, errs.Invalidf("semaphore %q: acquire %d permits, not between 0 and MaxPermits (%d)", s.h.Name, n, int64(MaxPermits))
 	case n == 0:
 		return &Permit{s: s, done: true}, false, nil
 	}
-	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text(), n: n}
-	if _, err := s.newAcquisition(ctx, t, op, block, wait.As{ID: t.id}).run(); err != nil {
+	t := &semTry{s: s, id: s.h.C.ID + ".p." + rand.Text(), n: n}
+	if _, err := s.h.NewAcquisition(ctx, t, op, block, wait.As{ID: t.id}).Run(); err != nil {
 		if t.unset && errors.Is(err, ErrNotObtained) && ctx.Err() != nil {
-			err = opErr(op, s.name, unsetHint, ErrNotObtained, ctx.Err())
+			err = errs.Op(op, s.h.Name, unsetHint, ErrNotObtained, ctx.Err())
 		}
 		return nil, t.unset, err
 	}
@@ -224,22 +221,12 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 // was never set: most likely a mistyped name, or a missing TrySetPermits.
 const unsetHint = "the total was never set: call TrySetPermits"
 
-// unsetWarned holds, by Client ID, the names of the semaphores an Acquire
-// of that Client has waited on with their total unset: each is logged once
-// per Client. A Client's entry goes when the Client is collected.
-var unsetWarned sync.Map // Client ID -> *sync.Map (name -> struct{})
-
 // warnUnset logs, once per Client and name, that an Acquire waits on a
 // semaphore whose total was never set.
 func (s *Semaphore) warnUnset() {
-	c := s.c
-	names, loaded := unsetWarned.LoadOrStore(c.id, new(sync.Map))
-	if !loaded {
-		runtime.AddCleanup(c, func(id string) { unsetWarned.Delete(id) }, c.id)
-	}
-	if _, warned := names.(*sync.Map).LoadOrStore(s.name, struct{}{}); !warned {
-		c.cfg.logger.Warn("dlock: Acquire waits on a semaphore whose total was never set; call TrySetPermits",
-			"name", s.name, "key", s.key)
+	if c := s.h.C; c.FirstTime("unset semaphore\x00" + s.h.Name) {
+		c.Cfg.Logger.Warn("dlock: Acquire waits on a semaphore whose total was never set; call TrySetPermits",
+			"name", s.h.Name, "key", s.h.Key)
 	}
 }
 
@@ -248,33 +235,33 @@ func (s *Semaphore) warnUnset() {
 // count), and returns them as one Permit, of no permits when there are none
 // to take. One round trip.
 func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
-	ctx, sp, err := s.beginAcquire(ctx, "dlock.Semaphore.Drain", "drain")
+	ctx, sp, err := s.h.BeginAcquire(ctx, "dlock.Semaphore.Drain", "drain")
 	defer func() { sp.EndAcquire(err, err == nil, false) }()
 	if err != nil {
 		return nil, err
 	}
-	t := &semTry{s: s, id: s.c.id + ".p." + rand.Text()}
-	a := s.newAcquisition(ctx, t, "drain", false, wait.As{ID: t.id})
-	a.sent = time.Now()
-	res, err := s.c.script(a.tryCtx(), scripts.SemDrain, s.keys, t.id, millis(a.ttl), s.c.id).Slice()
+	t := &semTry{s: s, id: s.h.C.ID + ".p." + rand.Text()}
+	a := s.h.NewAcquisition(ctx, t, "drain", false, wait.As{ID: t.id})
+	a.Sent = time.Now()
+	res, err := s.h.C.Script(a.TryCtx(), scripts.SemDrain, s.h.Keys, t.id, wire.Millis(a.TTL), s.h.C.ID).Slice()
 	var r wire.Try
 	if err == nil {
 		r, err = wire.DecodeTry(res)
 	}
 	if err != nil {
-		if outcomeUnknown(err) {
+		if errs.OutcomeUnknown(err) {
 			// The script may have run: give back what it may have taken,
 			// as semTry.try does, rather than leave every free permit
 			// taken, unrenewed, for a whole lease.
-			_, _ = s.release(a.nc, t.id)
+			_, _ = s.release(a.NC, t.id)
 		}
-		return nil, s.fail("drain", err)
+		return nil, s.h.Fail("drain", err)
 	}
 	if !r.Held {
 		return &Permit{s: s, done: true}, nil
 	}
 	t.n = int(r.Count)
-	if _, _, err := a.granted(func() error { return t.keep(a, r.Token) }); err != nil {
+	if _, _, err := a.Granted(func() error { return t.keep(a, r.Token) }); err != nil {
 		return nil, err
 	}
 	return t.p, nil
@@ -285,16 +272,16 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 // reported lost at their next renewal; waiters are woken and, finding no
 // total, wait for one to be set.
 func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
-	ctx, sp, err := s.begin(ctx, "dlock.Semaphore.Delete")
+	ctx, sp, err := s.h.Begin(ctx, "dlock.Semaphore.Delete")
 	defer func() { sp.EndOther(err) }()
 	if err != nil {
 		return false, err
 	}
-	n, err := s.c.script(detach(ctx), scripts.SemDelete, s.keys, s.c.id).Int()
+	n, err := s.h.C.Script(engine.Detach(ctx), scripts.SemDelete, s.h.Keys, s.h.C.ID).Int()
 	if err != nil {
-		return false, s.fail("delete", err)
+		return false, s.h.Fail("delete", err)
 	}
-	s.c.waits.Wake(s.channel, wire.WakeAll, wait.WakeLocal)
+	s.h.C.Waits.Wake(s.h.Channel, wire.WakeAll, wait.WakeLocal)
 	return n == 1, nil
 }
 
@@ -308,76 +295,76 @@ type semTry struct {
 	unset bool    // the last try found the total never set
 }
 
-func (t *semTry) try(a *acquisition) (bool, time.Duration, error) {
+func (t *semTry) Try(a *engine.Acquisition) (bool, time.Duration, error) {
 	s := t.s
-	markTTL := a.sending()
-	res, err := s.c.script(a.tryCtx(), scripts.SemTry, s.keys, t.id, t.n, millis(a.ttl), millis(markTTL), s.c.id).Slice()
+	markTTL := a.Sending()
+	res, err := s.h.C.Script(a.TryCtx(), scripts.SemTry, s.h.Keys, t.id, t.n, wire.Millis(a.TTL), wire.Millis(markTTL), s.h.C.ID).Slice()
 	var r wire.Try
 	if err == nil {
 		r, err = wire.DecodeTry(res)
 	}
 	if err != nil {
-		if outcomeUnknown(err) {
+		if errs.OutcomeUnknown(err) {
 			// The permit ID is unique to this request: giving it back is
 			// safe whether or not the lost reply had granted it.
-			t.giveBack(a)
+			t.GiveBack(a)
 		}
-		return false, 0, s.fail(a.op, err)
+		return false, 0, s.h.Fail(a.Op, err)
 	}
 	if !r.Held {
 		t.unset = r.Unset
-		if t.unset && a.block {
+		if t.unset && a.Block {
 			s.warnUnset()
 		}
-		return a.refused("", r.Left, markTTL > 0, r.Queued, s.keys[4], []string{s.keys[3], s.keys[0]}, wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
+		return a.Refused("", r.Left, markTTL > 0, r.Queued, s.h.Keys[4], []string{s.h.Keys[3], s.h.Keys[0]}, wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	}
-	return a.granted(func() error { return t.keep(a, r.Token) })
+	return a.Granted(func() error { return t.keep(a, r.Token) })
 }
 
 // keep records the granted permit.
-func (t *semTry) keep(a *acquisition, token uint64) error {
-	if err := a.fresh(); err != nil {
+func (t *semTry) keep(a *engine.Acquisition, token uint64) error {
+	if err := a.Fresh(); err != nil {
 		return err
 	}
 	s := t.s
-	telemetry.Annotate(a.ctx, telemetry.AttrPermits.Int(t.n), telemetry.AttrToken.Int64(int64(token)))
-	l := a.newHold(s.keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
-	l.Extra, l.Token = []string{s.keys[0], s.keys[2]}, token
+	telemetry.Annotate(a.Ctx, telemetry.AttrPermits.Int(t.n), telemetry.AttrToken.Int64(int64(token)))
+	l := a.NewHold(s.h.Keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
+	l.Extra, l.Token = []string{s.h.Keys[0], s.h.Keys[2]}, token
 	t.p = &Permit{s: s, id: t.id, n: t.n, l: l}
-	return a.watch(l)
+	return a.Watch(l)
 }
 
 // giveBack releases a grant the caller will not get, and leaves the queue.
-func (t *semTry) giveBack(a *acquisition) {
-	_, _ = t.s.release(a.nc, t.id)
-	t.s.cancel(a.nc, t.id)
+func (t *semTry) GiveBack(a *engine.Acquisition) {
+	_, _ = t.s.release(a.NC, t.id)
+	t.s.cancel(a.NC, t.id)
 }
 
-func (t *semTry) leave(a *acquisition) { t.s.cancel(a.nc, t.id) }
+func (t *semTry) Leave(a *engine.Acquisition) { t.s.cancel(a.NC, t.id) }
 
 // release returns the permits of id and wakes the local waiters they serve.
 // It returns how many permits it returned, -1 when id held none.
 func (s *Semaphore) release(ctx context.Context, id string) (int64, error) {
-	res, err := s.c.script(ctx, scripts.SemRelease, s.keys, id, s.c.id).Slice()
+	res, err := s.h.C.Script(ctx, scripts.SemRelease, s.h.Keys, id, s.h.C.ID).Slice()
 	if err != nil {
-		s.wakeUnknown(err)
-		return 0, s.fail("release", err)
+		s.h.WakeUnknown(err)
+		return 0, s.h.Fail("release", err)
 	}
-	n, msg, err := pair(res)
+	n, msg, err := wire.DecodePair(res)
 	if err != nil {
-		return 0, opErr("release", s.name, "", err)
+		return 0, errs.Op("release", s.h.Name, "", err)
 	}
-	s.wakeLocal(msg)
+	s.h.WakeLocal(msg)
 	return n, nil
 }
 
 // cancel takes waiter id out of the queue. Best effort: a place left behind
 // is dropped when its waiting mark runs out.
 func (s *Semaphore) cancel(ctx context.Context, id string) {
-	msg, err := s.c.script(detach(ctx), scripts.SemCancel, s.keys, id, s.c.id).Text()
+	msg, err := s.h.C.Script(engine.Detach(ctx), scripts.SemCancel, s.h.Keys, id, s.h.C.ID).Text()
 	if err != nil {
-		s.wakeUnknown(err)
+		s.h.WakeUnknown(err)
 		return
 	}
-	s.wakeLocal(msg)
+	s.h.WakeLocal(msg)
 }

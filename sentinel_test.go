@@ -19,6 +19,7 @@ import (
 )
 
 func TestSentinel_FailoverWhileBlocked_WaitersStillAcquire(t *testing.T) {
+	long(t)
 	s := redistest.Sentinel(t)
 	newFailover := func() *redis.Client {
 		rdb := redis.NewFailoverClient(&redis.FailoverOptions{
@@ -109,6 +110,7 @@ const failoverAck = time.Second
 // replica, so that it survives the failover: never a grant that the new
 // master lacks.
 func TestSentinel_FailoverRightAfterGrant(t *testing.T) {
+	long(t)
 	s := redistest.SentinelProxied(t)
 	trials := failoverTrials(t)
 	for _, link := range []replLink{linkHealthy, linkSlow, linkCut} {

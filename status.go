@@ -7,10 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-
-	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // Status is what a primitive looks like at one moment, as one read of
@@ -83,38 +84,34 @@ func (c *Client) Status(ctx context.Context, name string) (Status, error) {
 
 // statusFor is Status for a call of op (its errors name op).
 func (c *Client) statusFor(ctx context.Context, op, name string) (Status, error) {
-	h := c.newHandle(op, name, 0, nil)
-	st, err := h.statusAs(ctx, op, "")
+	h := c.core.NewHandle(op, name, 0, 0, nil)
+	st, err := readStatus(ctx, h, op, "")
 	if err == nil && st.Kind == "" {
-		err = opErr(op, name, "", ErrNotFound)
+		err = errs.Op(op, name, "", ErrNotFound)
 	}
 	return st, err
 }
 
-// status reads h's primitive with internal/scripts/state.lua, expecting the stored
-// kind want (” for any). A free lock of the expected kind whose key is
-// gone reads as the expected kind with no holders.
-func (h *handle) status(ctx context.Context, want string) (Status, error) {
-	return h.statusAs(ctx, "status", want)
-}
-
-// statusAs is status for a call of op (its errors name op).
-func (h *handle) statusAs(ctx context.Context, op, want string) (Status, error) {
-	if err := h.usable(ctx); err != nil {
+// readStatus reads h's primitive with internal/scripts/state.lua, for a call
+// of op (its errors name op), expecting the stored kind want ("" for any). A
+// free lock of the expected kind whose key is gone reads as the expected
+// kind with no holders.
+func readStatus(ctx context.Context, h *engine.Handle, op, want string) (Status, error) {
+	if err := h.Usable(ctx); err != nil {
 		return Status{}, err
 	}
 	keys := make([]string, 0, 1+len(stateSuffixes))
-	keys = append(keys, h.key)
+	keys = append(keys, h.Key)
 	for _, s := range stateSuffixes {
-		keys = append(keys, h.key+s)
+		keys = append(keys, h.Key+s)
 	}
-	res, err := h.c.script(ctx, scripts.State, keys, want, statusHolders).Slice()
+	res, err := h.C.Script(ctx, scripts.State, keys, want, statusHolders).Slice()
 	if err != nil {
-		return Status{}, h.fail(op, err)
+		return Status{}, h.Fail(op, err)
 	}
-	st, err := decodeStatus(h.name, res)
+	st, err := decodeStatus(h.Name, res)
 	if err != nil {
-		return Status{}, h.fail(op, err)
+		return Status{}, h.Fail(op, err)
 	}
 	if st.Kind == "" && want != "" {
 		st.Kind = storedKinds[want]
@@ -166,25 +163,41 @@ func decodeStatus(name string, res []any) (Status, error) {
 
 // Status reads the lock in one round trip: its holder, with what its lease
 // has left, how many wait, and its latest fencing token.
-func (m *Mutex) Status(ctx context.Context) (Status, error) { return m.status(ctx, m.kind) }
+func (m *Mutex) Status(ctx context.Context) (Status, error) {
+	if _, oneRedis := m.lk.(*engine.Mutex); oneRedis {
+		return readStatus(ctx, m.h, "status", m.h.Kind)
+	}
+	// A Redlock: what a quorum of its masters says.
+	x, err := m.lk.State(ctx, "status")
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Name: m.h.Name, Kind: KindMutex, Token: x.Token, Total: -1}
+	if x.Holder != "" {
+		st.Holders = []Holder{{ID: x.Holder, Client: wire.ClientNameOf(x.Holder), Lease: x.Left, Count: 1}}
+	}
+	return st, nil
+}
 
 // Status reads the lock in one round trip (see Mutex.Status); the holder's
 // Count is its hold count.
 func (r *ReentrantMutex) Status(ctx context.Context) (Status, error) {
-	return r.status(ctx, r.kind)
+	return readStatus(ctx, r.h, "status", r.h.Kind)
 }
 
 // Status reads the lock in one round trip: the writer, or the readers
 // (Holder.Read), and how many wait.
-func (rw *RWMutex) Status(ctx context.Context) (Status, error) { return rw.status(ctx, "rwlock") }
+func (rw *RWMutex) Status(ctx context.Context) (Status, error) {
+	return readStatus(ctx, rw.h, "status", "rwlock")
+}
 
 // Status reads the semaphore in one round trip: its total, the permits
 // free, the live permits and how many wait.
 func (s *Semaphore) Status(ctx context.Context) (Status, error) {
-	return s.status(ctx, "semaphore")
+	return readStatus(ctx, s.h, "status", "semaphore")
 }
 
 // Status reads the latch in one round trip: its count.
 func (l *CountDownLatch) Status(ctx context.Context) (Status, error) {
-	return l.status(ctx, "latch")
+	return readStatus(ctx, l.h, "status", "latch")
 }

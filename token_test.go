@@ -231,6 +231,7 @@ func TestToken_HotPath_TheGreaterOfClockAndStoredPlusOne(t *testing.T) {
 // is set an hour ahead of the clock before the crashed holder takes it, so
 // that its token is ahead of the clock, as it is after a step back.
 func TestToken_CrashedHolderWithClockBehind_NextTokenStillAbove(t *testing.T) {
+	long(t)
 	type locker struct {
 		name string
 		// lock takes the lock on c and returns its token and its release.

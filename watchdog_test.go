@@ -19,6 +19,7 @@ func renewCalls(c *counter) int {
 }
 
 func TestWatchdog_OneSecondTimeout_KeepsHoldForFourSeconds(t *testing.T) {
+	long(t)
 	e := realEnv(t)
 	cnt := newCounter()
 	rdb := e.rdb(cnt)

@@ -15,7 +15,7 @@ import (
 // $REDIS_URL says otherwise.
 const defaultRedisURL = "redis://127.0.0.1:6379/0"
 
-// urlForms documents the --redis forms; usage texts and the README show it.
+// urlForms documents the --redis forms; usage texts and docs/cli.md show it.
 const urlForms = `Redis URL forms (--redis, default $REDIS_URL, then ` + defaultRedisURL + `):
   redis://[[user]:pass@]host[:port][/db][?opt=val...]     one server
   rediss://...                                           one server over TLS

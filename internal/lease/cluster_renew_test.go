@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // White-box tests of renew_cluster.go against a real 3-master cluster: one

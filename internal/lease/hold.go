@@ -3,13 +3,14 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
-
-	"go.opentelemetry.io/otel/trace"
 )
 
 // lease is what the watchdog keeps: the keys the server expires, what
@@ -84,7 +85,7 @@ type Hold struct {
 
 	Count  int64       // counted holds the server records; guarded by the owner's gate
 	Token  uint64      // the fencing token
-	Cohort CohortState // a Mutex WithCohort: its local handoffs (cohort.go)
+	Cohort CohortState // a Mutex WithCohort: its local handoffs (internal/engine/cohort.go)
 
 	// Guarded by the watchdog's mutex. lost and ctx are made on first use,
 	// since most holds never need them.
@@ -243,4 +244,23 @@ type CohortState struct {
 func (l *Lease) Hold() *Hold {
 	h, _ := l.of.(*Hold)
 	return h
+}
+
+// The bounds of a lease or watchdog timeout (dlock.MinLease and
+// dlock.MaxLease, which document them).
+const (
+	Min = 10 * time.Millisecond
+	Max = 365 * 24 * time.Hour
+)
+
+// OutOfBounds says why d, the what of a call, is not a lease dlock
+// accepts, or "".
+func OutOfBounds(what string, d time.Duration) string {
+	switch {
+	case d < Min:
+		return fmt.Sprintf("%s %v is below the minimum lease, %v (dlock.MinLease)", what, d, Min)
+	case d > Max:
+		return fmt.Sprintf("%s %v is above the maximum lease, %v (dlock.MaxLease)", what, d, Max)
+	}
+	return ""
 }

@@ -8,10 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/errs"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 

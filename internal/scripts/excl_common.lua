@@ -2,7 +2,7 @@
 -- share, included by the excl_*.lua scripts; not a script of its own.
 --
 -- A lock named n keeps these keys, all with the hash tag {n}:
---   K   p{n}       hash  k: the kind ('mutex', 'reentrant', 'election')
+--   K   p{n}       hash  k: the kind ('mutex', 'reentrant_mutex', 'election')
 --                        o: the holder's ID; absent while the lock is free
 --                        n: the holder's hold count (counted kinds); 0 for
 --                           a lock handed to an owner that has not yet

@@ -1,7 +1,7 @@
 -- excl_try: take an exclusive lock, claim or re-enter it, or join its queue.
 --
 -- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
--- ARGV[1]     the kind ('mutex', 'reentrant', 'election')
+-- ARGV[1]     the kind ('mutex', 'reentrant_mutex', 'election')
 -- ARGV[2]     the caller as a waiter: '<lease>[+<reserve>]:<id>' (see
 --             internal/wire's waiter.go)
 -- ARGV[3]     the lease to apply in ms

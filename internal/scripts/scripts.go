@@ -9,7 +9,7 @@
 // # Shared helpers
 //
 // Helpers live once: lib.lua (the server's clock, expired-member cleanup,
-// expiry lengthening, and the release-message format that protocol.go owns
+// expiry lengthening, and the release-message format that internal/wire owns
 // on the Go side), and one *_common.lua per data model (the Mutex queue, the
 // RWMutex, the Semaphore) stating that model and its own helpers. A script
 // takes them with a line '--#include <file>', which is replaced by the file,

@@ -3,10 +3,10 @@ package wait
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // An Observe waits in its Client's registry as an observer (see

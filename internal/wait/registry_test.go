@@ -3,11 +3,11 @@ package wait
 import (
 	"testing"
 
-	"github.com/dlock-go/dlock/internal/errs"
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 func pending(w *Waiter) (Reason, bool) {

@@ -3,10 +3,11 @@ package wire
 import (
 	"crypto/rand"
 	"fmt"
-	"github.com/dlock-go/dlock/internal/errs"
 	"os"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/dlock-go/dlock/internal/errs"
 )
 
 // IDs. Every ID dlock writes to Redis for a hold or a waiter starts with its

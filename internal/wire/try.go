@@ -77,3 +77,18 @@ func ParseToken(s string) (uint64, error) {
 	}
 	return t, nil
 }
+
+// DecodePair reads a script's {integer, text} reply: a count and a release
+// message (semaphores), or the first two fields of a releasing script's
+// reply (see engine.Handle.SettleHandover).
+func DecodePair(res []any) (int64, string, error) {
+	if len(res) < 2 {
+		return 0, "", fmt.Errorf("unexpected reply %v", res)
+	}
+	n, ok := res[0].(int64)
+	msg, ok2 := res[1].(string)
+	if !ok || !ok2 {
+		return 0, "", fmt.Errorf("unexpected reply %v", res)
+	}
+	return n, msg, nil
+}

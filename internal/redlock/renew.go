@@ -1,4 +1,4 @@
-package dlock
+package redlock
 
 import (
 	"context"
@@ -9,16 +9,16 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/lease"
-	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
-
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/scripts"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
-// The Redlock's renewals: its watchdog (watchdog.go) keeps one lease per
+// The Redlock's renewals: its watchdog (internal/lease) keeps one lease per
 // hold, whose deadline is the quorum's, and sends its renewal calls through
 // sendRenewals, which runs each on every master at once.
 
@@ -49,7 +49,7 @@ func (r *Redlock) sendRenewals(ctx context.Context, calls []lease.RenewCall, set
 	}
 	ttl := leases[0].TTL
 	sent := time.Now()
-	got, answered := fanOut(r, ctx, nodeTimeout(ttl), func(ctx context.Context, n *rlNode) []int8 {
+	got, answered := fanOut(r, ctx, nodeTimeout(ttl), func(ctx context.Context, n *master) []int8 {
 		return renewOn(ctx, n.rdb, calls, len(leases))
 	})
 	for i := range got {
@@ -115,9 +115,9 @@ func (r *Redlock) sendRenewals(ctx context.Context, calls []lease.RenewCall, set
 	wg.Wait()
 }
 
-// rlReacquireHook, when set (by tests), runs between the check that a hold
+// reacquireHook, when set (by tests), runs between the check that a hold
 // is kept and its re-acquire.
-var rlReacquireHook atomic.Pointer[func()]
+var reacquireHook atomic.Pointer[func()]
 
 // reacquire takes hold l's key again on a master that lost it. The hold may
 // be released (or lost) while the request is on its way, and a release's
@@ -127,21 +127,21 @@ var rlReacquireHook atomic.Pointer[func()]
 // finds the key or this does.
 func (r *Redlock) reacquire(ctx context.Context, node int, l *lease.Lease) {
 	h := l.Hold()
-	if h == nil || !r.c.wd.Keeping(l) {
+	if h == nil || !r.Core.WD.Keeping(l) {
 		return
 	}
-	if hook := rlReacquireHook.Load(); hook != nil {
+	if hook := reacquireHook.Load(); hook != nil {
 		(*hook)()
 	}
 	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.TTL))
 	defer cancel()
-	res, err := r.nodes[node].run(nctx, redlockKeys(l.Key), "r", h.Kind, l.Spec.ID, millis(l.TTL), strconv.FormatUint(h.Token, 10), fenceTTL(l.TTL)).Result()
+	res, err := r.nodes[node].run(nctx, Keys(l.Key), "r", h.Kind, l.Spec.ID, wire.Millis(l.TTL), strconv.FormatUint(h.Token, 10), fenceTTL(l.TTL)).Result()
 	if err == nil {
 		if t, derr := wire.DecodeTry(res); derr == nil && !t.Held {
 			return // refused: the key is someone else's
 		}
 	}
-	if !r.c.wd.Keeping(l) {
+	if !r.Core.WD.Keeping(l) {
 		// Granted, or failed in transit (it may have been granted).
 		r.releaseLease(ctx, node, l)
 	}
@@ -151,7 +151,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease.Lease) {
 func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease.Lease) {
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.TTL))
 	defer cancel()
-	_ = r.nodes[node].run(nctx, redlockKeys(l.Key), "u", telemetry.KindMutex, l.Spec.ID, 0, "0", r.c.id).Err()
+	_ = r.nodes[node].run(nctx, Keys(l.Key), "u", telemetry.KindMutex, l.Spec.ID, 0, "0", r.Core.ID).Err()
 }
 
 // renewOn runs the renewal calls on one master, in one pipeline (a second
@@ -166,7 +166,7 @@ func renewOn(ctx context.Context, rdb redis.UniversalClient, calls []lease.Renew
 		}
 		return nil
 	})
-	if isNoScript(cmds[0].Err()) {
+	if errs.IsNoScript(cmds[0].Err()) {
 		_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, c := range calls {
 				cmds[i] = scripts.Renew.Eval(ctx, p, c.Keys, c.Args...)

@@ -1,8 +1,9 @@
-package dlock
+package redlock
 
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/redistest"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // A re-acquire on a master that lost the key, sent just before Unlock
@@ -33,30 +37,35 @@ func TestRedlock_ReacquireRacingUnlock_LeavesNoKey(t *testing.T) {
 			<-proceed
 		})
 	}
-	rlReacquireHook.Store(&hook)
-	t.Cleanup(func() { rlReacquireHook.Store(nil) })
-	r := NewRedlock(rdbs, WithWatchdogTimeout(600*time.Millisecond))
+	reacquireHook.Store(&hook)
+	t.Cleanup(func() { reacquireHook.Store(nil) })
+	cfg := engine.Config{Prefix: "dlock:", Watchdog: 600 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	r := New(rdbs, cfg, telemetry.New(nil, nil, false), wire.NewClientID("test"), nil)
 	t.Cleanup(func() { _ = r.Close() })
-	m := r.Mutex(t.Name())
+	h := r.Core.NewHandle(telemetry.KindMutex, t.Name(), 0, 0, nil)
+	slot := &engine.Slot{}
+	m := r.NewMutex(h, slot)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	require.NoError(t, m.Lock(ctx))
+	ok, err := m.Acquire(ctx, "lock", true)
+	require.NoError(t, err)
+	require.True(t, ok)
 	require.Eventually(t, func() bool { // Lock returns on a quorum
-		v, err := srvs[0].Do(ctx, "hget", m.key, "o")
-		return err == nil && v == m.hold.Spec.ID
+		v, err := srvs[0].Do(ctx, "hget", h.Key, "o")
+		return err == nil && v == slot.Get().Spec.ID
 	}, time.Second, 5*time.Millisecond)
-	_, err := srvs[0].Do(ctx, "del", m.key) // master 0 lost the key
+	_, err = srvs[0].Do(ctx, "del", h.Key) // master 0 lost the key
 	require.NoError(t, err)
 	select {
 	case <-reached: // a renewal found it gone; its re-acquire is about to go
 	case <-ctx.Done():
 		t.Fatal("no re-acquire")
 	}
-	require.NoError(t, m.Unlock(ctx))
+	require.NoError(t, m.Release(ctx, slot.Take(), "unlock"))
 	close(proceed)
 	time.Sleep(100 * time.Millisecond) // the re-acquire, and what follows it
 	require.NoError(t, r.Close())
-	_, err = srvs[0].Do(ctx, "hget", m.key, "o")
+	_, err = srvs[0].Do(ctx, "hget", h.Key, "o")
 	require.True(t, errors.Is(err, redis.Nil), "master 0 still has a holder after Unlock (err %v)", err)
 }

@@ -1,16 +1,14 @@
-package dlock
+package engine
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"slices"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
 )
 
 // Lock cohorting (WithCohort): a Mutex handle that holds the lock, while
@@ -21,10 +19,10 @@ import (
 // c.Mutex(name).Lock per call cohorts as a shared handle does.
 //
 // A Lock on the handle while a cohort runs waits for a local handoff only
-// (waitAs.local), without a round trip: it has no place in the queue in
+// (wait.As.Local), without a round trip: it has no place in the queue in
 // Redis. If the cohort ends first, the Unlock that releases to Redis queues
 // it there in the same script, in local arrival order, and wakes it to start
-// its waiting mark (wakeQueued); after the cohort's time bound at the latest
+// its waiting mark (wait.WakeQueued); after the cohort's time bound at the latest
 // it tries and queues on its own. Other waiters wait as every Mutex waiter
 // does, queued in Redis.
 //
@@ -32,84 +30,68 @@ import (
 // Client's registry (arrival order), makes it a new hold of its own on the
 // same Redis hold (same holder ID, same lease deadline, the next token of
 // the block the Redis grant reserved) on the waiter's handle, and wakes it
-// with wakeCohort. If the waiter had a place in the queue in Redis, the
+// with wait.WakeCohort. If the waiter had a place in the queue in Redis, the
 // releasing Unlock then takes it out (excl_cancel), off the new holder's
 // path; the Unlock that finally releases to Redis drops every place the
 // cohort served first, in case one was queued after its cancel ran. The
 // bounds that apply are those of the handle that passes the hold on.
 
-// cohortOn reports whether m hands its holds on locally.
-func (m *Mutex) cohortOn() bool {
-	return m.cohort.max > 0 && m.rl == nil && m.lease == 0 && m.kind == telemetry.KindMutex
+// CohortBound is how far a Mutex WithCohort hands its hold on locally.
+type CohortBound struct {
+	Max     int           // local handoffs per Redis grant; 0: off
+	MaxTime time.Duration // since the Redis grant
 }
 
-// passLocal hands l, just taken off the handle by Unlock, to the first
-// goroutine of the Client waiting on a cohorting handle of the name, within
+// cohortOn reports whether m hands its holds on locally: a Mutex (not an
+// Election's lock) with a bound and no fixed lease.
+func (m *Mutex) cohortOn() bool {
+	return m.cohort.Max > 0 && m.h.Lease == 0 && m.h.Kind == telemetry.KindMutex
+}
+
+// passLocal hands l, just taken out of the slot by Unlock, to the first
+// goroutine of the Core waiting on a cohorting handle of the name, within
 // the bound. It returns the served waiter's place in the queue in Redis (""
 // when it had none), or false when it handed nothing: l is then still the
 // caller's to release.
 func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	co := l.Cohort
-	if co.End == 0 || co.N >= m.cohort.max || l.Token >= co.End || time.Since(co.Since) >= m.cohort.maxTime {
+	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End || time.Since(co.Since) >= m.cohort.MaxTime {
 		return "", false
 	}
-	c := m.c
+	c := m.h.C
 	var place string
-	w := c.waits.PickCohort(m.channel, m.key, func(w *wait.Waiter) *lease.Hold {
-		wm := w.Cohort().(*Mutex) // the waiter's handle: m, or another of the name
-		nl := lease.NewHold(context.Background(), wm.name, wm.kind, l.Key, l.Spec, l.TTL, true, l.Start)
+	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
+		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
+		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
 		nl.Token = l.Token + 1
 		nl.Cohort = lease.CohortState{End: co.End, N: co.N + 1, Since: co.Since, Served: co.Served}
 		if !w.Local() { // it tried in Redis, so it may be queued there
 			place = w.Place()
 			nl.Cohort.Served = append(slices.Clip(co.Served), w.Place())
 		}
-		if !c.wd.Pass(&l.Lease, &nl.Lease) {
+		if !c.WD.Pass(&l.Lease, &nl.Lease) {
 			return nil
 		}
-		wm.mu.Lock()
-		old := wm.hold
-		wm.hold = nl
-		wm.mu.Unlock()
-		if old != nil {
-			// Cannot happen while l held the lock; as keep does, an older
-			// hold of the handle is over.
-			c.wd.Lose(&old.Lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
-		}
+		// As keep does; an older hold of the handle cannot be there while
+		// l held the lock.
+		wm.slot.Put(nl, c.WD)
 		return nl
 	})
 	if w == nil {
 		return "", false
 	}
-	runtime.Gosched() // let the new holder run, as handedTo does
+	runtime.Gosched() // let the new holder run, as HandedTo does
 	return place, true
-}
-
-// cohortRunning reports whether the handle holds the lock in a cohort: a
-// Lock then waits locally (see waitAs.local), without queueing in Redis, for
-// a local handoff or for the end of the cohort, which queues it in Redis in
-// its local order, even when the cohort has no room left: a Lock that
-// queued in Redis at once would pass the earlier local waiters.
-func (m *Mutex) cohortRunning() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.hold != nil && m.hold.Cohort.End > 0
 }
 
 // CohortKey is the key of m's lock: with Abandon, what makes m a
 // wait.Cohort.
-func (m *Mutex) CohortKey() string { return m.key }
+func (m *Mutex) CohortKey() string { return m.h.Key }
 
 // Abandon releases a hold handed to a waiter that gave up (its ctx ended,
 // or the Client closed) before it took it.
 func (m *Mutex) Abandon(g *lease.Hold) {
-	m.mu.Lock()
-	mine := m.hold == g
-	if mine {
-		m.hold = nil
-	}
-	m.mu.Unlock()
-	if mine { // else another goroutine unlocked it already
-		_ = m.release(context.Background(), g, "unlock")
+	if m.slot.TakeIf(g) { // else another goroutine unlocked it already
+		_ = m.Release(context.Background(), g, "unlock")
 	}
 }

@@ -1,4 +1,4 @@
-package dlock
+package redlock
 
 // A blocked Redlock Lock: the wait loop, its timer, and its subscriptions
 // to the lock's release channel on every master.
@@ -10,32 +10,32 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dlock-go/dlock/internal/wait"
-
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // wait blocks until a try succeeds, ctx ends or the Redlock closes. It
-// follows the wait protocol of wait.go, with a subscription on every master:
-// a release on any of them wakes the oldest local waiter.
-func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, split bool) (bool, error) {
-	m, c := rm.m, rm.r.c
+// follows internal/wait's protocol, with a subscription on every master: a
+// release on any of them wakes the oldest local waiter.
+func (rm *Mutex) wait(ctx context.Context, op string, left time.Duration, split bool) (bool, error) {
+	h, c := rm.h, rm.r.Core
 	channel := rm.keys[2]
-	id := c.waiterID()
-	w, err := c.waits.Join(channel, wait.As{ID: id})
+	id := c.WaiterID()
+	w, err := c.Waits.Join(channel, wait.As{ID: id})
 	if err != nil {
-		return false, waitErr(op, m.name, err)
+		return false, errs.FromWait(op, h.Name, err)
 	}
 	// A subscription confirmed before this waiter took it gets no
 	// confirmation call: the waiter looks again at once, as a release may
 	// have come between its try and now.
 	subs := rm.subscribe(channel, sync.OnceFunc(func() {
-		c.waits.Wake(channel, wire.Wake{IDs: []string{id}}, wait.WakeSubscribed)
+		c.Waits.Wake(channel, wire.Wake{IDs: []string{id}}, wait.WakeSubscribed)
 	}))
 	acquired := false
 	defer func() {
-		c.waits.Leave(w, acquired)
+		c.Waits.Leave(w, acquired)
 		subs.release()
 	}()
 	attempts := 1
@@ -45,7 +45,7 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 		select {
 		case why := <-w.C():
 			if why == wait.WakeClosed {
-				return false, closedErr(op, m.name)
+				return false, errs.ClosedOp(op, h.Name)
 			}
 			if why == wait.WakeRetime {
 				continue
@@ -54,9 +54,9 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 		case <-timer.C:
 			telemetry.WokeUp(ctx, "timer", attempts+1)
 		case <-ctx.Done():
-			return false, notObtained(op, m.name, ctx)
+			return false, errs.NotObtained(op, h.Name, ctx)
 		}
-		c.waits.Attempt(w)
+		c.Waits.Attempt(w)
 		attempts++
 		ok, left, split, err := rm.attempt(ctx, op, rm.contended())
 		if err != nil && !errors.Is(err, errNoQuorum) {
@@ -82,27 +82,27 @@ func (rm *rlMutex) wait(ctx context.Context, op string, left time.Duration, spli
 // after is how long a waiter sleeps without a wake-up: a short random time
 // after a split vote (so that two callers do not split again), else just
 // past the holder's lease.
-func (rm *rlMutex) after(left time.Duration, split bool, attempts int) time.Duration {
+func (rm *Mutex) after(left time.Duration, split bool, attempts int) time.Duration {
 	if split {
-		ttl, _ := rm.m.terms()
+		ttl, _ := rm.h.Terms()
 		ceiling := min(time.Duration(attempts)*5*time.Millisecond, max(ttl/20, 5*time.Millisecond), 200*time.Millisecond)
 		return time.Millisecond + rand.N(ceiling)
 	}
-	return rm.r.c.loop.RetryAfter(left)
+	return rm.r.Core.Loop.RetryAfter(left)
 }
 
-// rlSubs is a waiter's subscriptions to a channel on every master; they are
+// subs is a waiter's subscriptions to a channel on every master; they are
 // taken in the background, so that a master that does not answer holds
 // nobody up.
-type rlSubs struct {
+type subs struct {
 	channel  string
 	mu       sync.Mutex
 	released bool
-	held     []*rlNode
+	held     []*master
 }
 
-func (rm *rlMutex) subscribe(channel string, confirmed func()) *rlSubs {
-	s := &rlSubs{channel: channel}
+func (rm *Mutex) subscribe(channel string, confirmed func()) *subs {
+	s := &subs{channel: channel}
 	for _, n := range rm.r.nodes {
 		rm.r.goCall(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), wait.SubscribeTimeout)
@@ -127,7 +127,7 @@ func (rm *rlMutex) subscribe(channel string, confirmed func()) *rlSubs {
 	return s
 }
 
-func (s *rlSubs) release() {
+func (s *subs) release() {
 	s.mu.Lock()
 	s.released = true
 	held := s.held

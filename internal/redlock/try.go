@@ -1,6 +1,6 @@
-package dlock
+package redlock
 
-// A Redlock Mutex's tries: one try asks every master at once (rlTry),
+// A Redlock Mutex's tries: one try asks every master at once (try),
 // decides on a quorum, writes the token back, and gives back what it does
 // not keep; acquire and attempt run Lock and TryLock on it.
 
@@ -13,13 +13,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/engine"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
-// rlReply is one master's answer to a try.
-type rlReply struct {
+// reply is one master's answer to a try.
+type reply struct {
 	node    int
 	granted bool
 	token   uint64
@@ -28,10 +30,10 @@ type rlReply struct {
 	err     error
 }
 
-// rlTry is one try on every master: it collects the replies, and once the
+// try is one try on every master: it collects the replies, and once the
 // outcome is decided, gives back what late replies grant if the try failed.
-type rlTry struct {
-	rm     *rlMutex
+type try struct {
+	rm     *Mutex
 	id     string
 	ttl    time.Duration
 	sent   time.Time
@@ -41,7 +43,7 @@ type rlTry struct {
 	decided bool
 	keep    bool        // decided: the try holds, until abandoned
 	held    *lease.Hold // kept: the hold it made
-	replies []rlReply   // in arrival order
+	replies []reply     // in arrival order
 	arrived chan struct{}
 }
 
@@ -59,19 +61,19 @@ type rlTry struct {
 // among them and makes all of them back off. This is still the Redlock
 // algorithm, which asks the masters in turn; the validity counts from the
 // gate's request.
-func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, gate int) []rlReply {
+func (t *try) run(ctx context.Context, done <-chan struct{}, proposal uint64, gate int) []reply {
 	r := t.rm.r
 	n := len(r.nodes)
 	t.arrived = make(chan struct{}, n)
 	t.sent = time.Now()
-	args := []any{"t", t.rm.m.kind, t.id, millis(t.ttl), strconv.FormatUint(proposal, 10), fenceTTL(t.ttl)} // the same for every master
-	send := func(node *rlNode) {
+	args := []any{"t", t.rm.h.Kind, t.id, wire.Millis(t.ttl), strconv.FormatUint(proposal, 10), fenceTTL(t.ttl)} // the same for every master
+	send := func(node *master) {
 		r.goCall(func() {
 			cctx, cancel := context.WithTimeout(ctx, t.nodeTO)
 			res, err := node.run(cctx, t.rm.keys, args...).Slice()
 			cancel()
 			rep := decodeRedlockTry(node.index, res, err)
-			node.failing.Store(err != nil && !isRedisError(err))
+			node.failing.Store(err != nil && !errs.IsReply(err))
 			t.mu.Lock()
 			t.replies = append(t.replies, rep)
 			decided, keep, held := t.decided, t.keep, t.held
@@ -84,7 +86,7 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 			// has no use for it. Unlock and ForceUnlock abandon the try
 			// before their scripts go out, so either they find the key or
 			// this gives it back.
-			late := decided && (!keep || held != nil && !r.c.wd.Keeping(&held.Lease))
+			late := decided && (!keep || held != nil && !r.Core.WD.Keeping(&held.Lease))
 			if late && (rep.granted || rep.err != nil) {
 				t.rm.release(node, t.id)
 			}
@@ -102,7 +104,7 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 			t.mu.Unlock()
 			if !rep.granted && rep.err == nil {
 				timer.Stop()
-				return []rlReply{rep}
+				return []reply{rep}
 			}
 		case <-timer.C:
 		case <-done:
@@ -134,8 +136,8 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 			out := slices.Clone(t.replies)
 			t.mu.Unlock()
 			for _, node := range r.nodes {
-				if !slices.ContainsFunc(out, func(rep rlReply) bool { return rep.node == node.index }) {
-					out = append(out, rlReply{node: node.index, err: errNodeTimeout})
+				if !slices.ContainsFunc(out, func(rep reply) bool { return rep.node == node.index }) {
+					out = append(out, reply{node: node.index, err: errNodeTimeout})
 				}
 			}
 			return out
@@ -160,7 +162,7 @@ func (t *rlTry) run(ctx context.Context, done <-chan struct{}, proposal uint64, 
 
 // giveBack decides the try given back, and waits for the give-backs unless
 // ctx ends first (they go on in the background, and Close waits for them).
-func (t *rlTry) giveBack(ctx context.Context) {
+func (t *try) giveBack(ctx context.Context) {
 	select {
 	case <-t.decide(false, nil):
 	case <-ctx.Done():
@@ -171,7 +173,7 @@ func (t *rlTry) giveBack(ctx context.Context) {
 // release cover every master); given back, every grant, and every reply
 // that failed in transit (it may have been granted), is released. The
 // channel it returns is closed when the give-backs are done.
-func (t *rlTry) decide(keep bool, held *lease.Hold) <-chan struct{} {
+func (t *try) decide(keep bool, held *lease.Hold) <-chan struct{} {
 	t.mu.Lock()
 	t.decided, t.keep, t.held = true, keep, held
 	reps := slices.Clone(t.replies)
@@ -184,7 +186,7 @@ func (t *rlTry) decide(keep bool, held *lease.Hold) <-chan struct{} {
 	// the Unlock found no live try to abandon, and a master whose release
 	// overtook its try's request has granted it since. The replies in so
 	// far are given back as for a try not kept; later ones are late (run).
-	if keep && held != nil && !r.c.wd.Keeping(&held.Lease) {
+	if keep && held != nil && !r.Core.WD.Keeping(&held.Lease) {
 		keep = false
 	}
 	done := make(chan struct{})
@@ -209,8 +211,8 @@ func (t *rlTry) decide(keep bool, held *lease.Hold) <-chan struct{} {
 	return done
 }
 
-func decodeRedlockTry(node int, res []any, err error) rlReply {
-	rep := rlReply{node: node, err: err}
+func decodeRedlockTry(node int, res []any, err error) reply {
+	rep := reply{node: node, err: err}
 	if err != nil {
 		return rep
 	}
@@ -240,13 +242,13 @@ var errNoQuorum = errors.New("dlock: redlock: no quorum of masters answered")
 // contendedFor do so, as they contend with them; other tries, and TryLock,
 // do not, to hold in one round trip when nobody contends. A gate that
 // failed the last request sent to it is skipped.
-func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool, left time.Duration, split bool, err error) {
-	r, m := rm.r, rm.m
-	ttl, renew := m.terms()
-	t := &rlTry{rm: rm, id: r.c.newToken(), ttl: ttl, nodeTO: nodeTimeout(ttl)}
+func (rm *Mutex) attempt(ctx context.Context, op string, gated bool) (ok bool, left time.Duration, split bool, err error) {
+	r, h := rm.r, rm.h
+	ttl, renew := h.Terms()
+	t := &try{rm: rm, id: r.Core.NewToken(), ttl: ttl, nodeTO: nodeTimeout(ttl)}
 	// The requests do not end with ctx, so that what they did is known and
 	// can be given back; the caller waits for them only while ctx lasts.
-	nc := detach(ctx)
+	nc := engine.Detach(ctx)
 	gate := -1
 	if gated && rm.gate >= 0 && !r.nodes[rm.gate].failing.Load() {
 		gate = rm.gate
@@ -254,10 +256,10 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 	reps := t.run(nc, ctx.Done(), r.proposal(), gate)
 	if ctx.Err() != nil {
 		t.giveBack(ctx)
-		return false, 0, false, notObtained(op, m.name, ctx)
+		return false, 0, false, errs.NotObtained(op, h.Name, ctx)
 	}
 
-	var granted []rlReply
+	var granted []reply
 	var failed error
 	for _, rep := range reps {
 		switch {
@@ -274,14 +276,14 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 		rm.noteRefusal(reps)
 		t.giveBack(ctx)
 		for _, rep := range reps {
-			if rep.err != nil && isRedisError(rep.err) {
-				return false, 0, false, m.fail(op, rep.err) // a key of another kind, say
+			if rep.err != nil && errs.IsReply(rep.err) {
+				return false, 0, false, h.Fail(op, rep.err) // a key of another kind, say
 			}
 		}
 		if errs := countErr(reps); errs > 0 && len(granted)+errs >= r.quorum {
 			// The masters that failed could have made the quorum: the try
 			// failed for want of masters, not because the lock is held.
-			return false, left, len(granted) > 0, m.fail(op, fmt.Errorf("%w: %w", errNoQuorum, failed))
+			return false, left, len(granted) > 0, h.Fail(op, fmt.Errorf("%w: %w", errNoQuorum, failed))
 		}
 		// A gate that refused for a holder whose release this Redlock has
 		// seen lags behind the masters that published it, and that release
@@ -312,7 +314,7 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 			r.goCall(func() {
 				wctx, cancel := context.WithTimeout(nc, t.nodeTO)
 				defer cancel()
-				n, err := r.nodes[i].run(wctx, rm.keys, "w", m.kind, t.id, 0, strconv.FormatUint(token, 10), fenceTTL(t.ttl)).Int64()
+				n, err := r.nodes[i].run(wctx, rm.keys, "w", h.Kind, t.id, 0, strconv.FormatUint(token, 10), fenceTTL(t.ttl)).Int64()
 				wrote <- err == nil && n == 1
 			})
 		}
@@ -335,32 +337,22 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 	}
 	if ctx.Err() != nil {
 		t.giveBack(ctx)
-		return false, 0, false, notObtained(op, m.name, ctx)
+		return false, 0, false, errs.NotObtained(op, h.Name, ctx)
 	}
 	// Validity: lease − elapsed − drift, on the monotonic clock.
 	if left := time.Until(lease.Deadline(t.sent, ttl)); left < lease.MinValidity(ttl) {
 		t.giveBack(ctx)
-		m.c.cfg.logger.Warn("dlock: redlock grant came too late; given back",
-			"name", m.name, "lease_left", left.String(), "lease", ttl.String())
+		h.C.Cfg.Logger.Warn("dlock: redlock grant came too late; given back",
+			"name", h.Name, "lease_left", left.String(), "lease", ttl.String())
 		return false, 0, true, nil
 	}
-	l := lease.NewHold(ctx, m.name, m.kind, m.key, wire.Spec{Kind: wire.SpecHolder, ID: t.id}, ttl, renew, t.sent)
+	l := lease.NewHold(ctx, h.Name, h.Kind, h.Key, wire.Spec{Kind: wire.SpecHolder, ID: t.id}, ttl, renew, t.sent)
 	l.Token = token
-	m.mu.Lock()
-	old := m.hold
-	m.hold = l
-	m.mu.Unlock()
-	if old != nil {
-		m.c.wd.Lose(&old.Lease, fmt.Errorf("%w: lease ran out before a new Lock on the handle", ErrLost))
-	}
-	if !m.c.wd.Add(&l.Lease) {
-		m.mu.Lock()
-		if m.hold == l {
-			m.hold = nil
-		}
-		m.mu.Unlock()
+	rm.slot.Put(l, h.C.WD)
+	if !h.C.WD.Add(&l.Lease) {
+		rm.slot.TakeIf(l)
 		t.giveBack(ctx)
-		return false, 0, false, closedErr(op, m.name)
+		return false, 0, false, errs.ClosedOp(op, h.Name)
 	}
 	t.decide(true, l)
 	rm.refuser.Store(nil)
@@ -369,12 +361,12 @@ func (rm *rlMutex) attempt(ctx context.Context, op string, gated bool) (ok bool,
 }
 
 // noteRefusal records who refused a try, and whether that shows other
-// callers contending (see rlMutex.contested): a refusal by a holder other
+// callers contending (see Mutex.contested): a refusal by a holder other
 // than the one that refused the handle's previous try. A split vote against
 // the same holder shows nothing: that holder's grant or release reached the
 // masters at different times. Nor does a holder whose release this Redlock
 // has seen: its release has yet to reach the master that refused.
-func (rm *rlMutex) noteRefusal(reps []rlReply) {
+func (rm *Mutex) noteRefusal(reps []reply) {
 	holder := ""
 	for _, rep := range reps {
 		if !rep.granted && rep.err == nil && rep.holder != "" {
@@ -387,11 +379,11 @@ func (rm *rlMutex) noteRefusal(reps []rlReply) {
 	}
 	prev := rm.refuser.Swap(&holder)
 	if prev != nil && *prev != holder {
-		rm.contested.Store(int64(time.Since(rlEpoch)))
+		rm.contested.Store(int64(time.Since(epoch)))
 	}
 }
 
-func countErr(reps []rlReply) int {
+func countErr(reps []reply) int {
 	n := 0
 	for _, rep := range reps {
 		if rep.err != nil {
@@ -406,8 +398,8 @@ func countErr(reps []rlReply) int {
 // moment later, rather than racing the one a release just woke: without it,
 // a goroutine that unlocks and locks again at once wins every time, as its
 // try leaves before the woken waiter's.
-func (rm *rlMutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
-	if block && rm.r.c.waits.Has(rm.keys[2]) {
+func (rm *Mutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
+	if block && rm.r.Core.Waits.Has(rm.keys[2]) {
 		return rm.wait(ctx, op, 0, true)
 	}
 	ok, left, split, err := rm.attempt(ctx, op, block && rm.contended())

@@ -1,4 +1,4 @@
-package dlock
+package redlock
 
 // Calls on every master of a Redlock at once: the per-master timeout, the
 // fan-out that waits for the answers, and the release on one master.
@@ -10,19 +10,19 @@ import (
 )
 
 // release frees the key on one master if id holds it there.
-func (rm *rlMutex) release(node *rlNode, id string) (bool, error) {
+func (rm *Mutex) release(node *master, id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), rm.nodeTimeout())
 	defer cancel()
 	return rm.releaseCtx(ctx, node, id)
 }
 
-func (rm *rlMutex) releaseCtx(ctx context.Context, node *rlNode, id string) (bool, error) {
-	n, err := node.run(ctx, rm.keys, "u", rm.m.kind, id, 0, "0", rm.r.c.id).Int64()
+func (rm *Mutex) releaseCtx(ctx context.Context, node *master, id string) (bool, error) {
+	n, err := node.run(ctx, rm.keys, "u", rm.h.Kind, id, 0, "0", rm.r.Core.ID).Int64()
 	return n == 1, err
 }
 
-func (rm *rlMutex) nodeTimeout() time.Duration {
-	ttl, _ := rm.m.terms()
+func (rm *Mutex) nodeTimeout() time.Duration {
+	ttl, _ := rm.h.Terms()
 	return nodeTimeout(ttl)
 }
 
@@ -38,7 +38,7 @@ func overrun(timeout time.Duration) time.Duration { return timeout + timeout/4 +
 // ends after timeout, and returns the results by master; answered[i] is
 // false for a master that did not answer in time (its call goes on in the
 // background, tracked by goCall, and its result is dropped).
-func fanOut[T any](r *Redlock, parent context.Context, timeout time.Duration, f func(ctx context.Context, n *rlNode) T) (res []T, answered []bool) {
+func fanOut[T any](r *Redlock, parent context.Context, timeout time.Duration, f func(ctx context.Context, n *master) T) (res []T, answered []bool) {
 	type result struct {
 		i int
 		v T
@@ -68,12 +68,12 @@ func fanOut[T any](r *Redlock, parent context.Context, timeout time.Duration, f 
 
 // onEvery runs f on every master at once, each with the node timeout, and
 // counts the masters where it returned true and those where it failed.
-func (rm *rlMutex) onEvery(f func(ctx context.Context, n *rlNode) (bool, error)) (ones, fails int, lastErr error) {
+func (rm *Mutex) onEvery(f func(ctx context.Context, n *master) (bool, error)) (ones, fails int, lastErr error) {
 	type out struct {
 		ok  bool
 		err error
 	}
-	res, answered := fanOut(rm.r, context.Background(), rm.nodeTimeout(), func(ctx context.Context, n *rlNode) out {
+	res, answered := fanOut(rm.r, context.Background(), rm.nodeTimeout(), func(ctx context.Context, n *master) out {
 		ok, err := f(ctx, n)
 		return out{ok, err}
 	})

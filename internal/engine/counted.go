@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
+)
+
+// CountedOps is what one side of a counted primitive supplies: its
+// scripts.
+type CountedOps interface {
+	// TryScript runs the acquire script for owner, queueing as waiter when
+	// markTTL > 0 and the try is refused.
+	TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error)
+	// ServerCount reads the owner's hold count on the server.
+	ServerCount(ctx context.Context, owner string) (int64, error)
+	// ReleaseScript drops one of the owner's holds and wakes whom its
+	// release lets through; it returns the owner's remaining holds (-1: it
+	// held none).
+	ReleaseScript(ctx context.Context, owner string) (int64, error)
+	// LeaveQueue withdraws a waiting owner from the queue, passing on a lock
+	// handed to it that it has not claimed.
+	LeaveQueue(ctx context.Context, owner, waiter string)
+}
+
+// Counted is one owner's hold on one side of a counted primitive
+// (ReentrantMutex, either side of RWMutex), as a call acquiring or
+// releasing it sees it. It is the Acquirer of its acquisitions.
+//
+// Counted holds belong to an owner and count its re-entries. A Core tracks
+// each in its hold table by lock key and owner (see holds.go), and every
+// call that changes one runs under the owner's gate, so that the count
+// recorded here follows the server's.
+type Counted struct {
+	H     *Handle
+	Ops   CountedOps
+	Owner string
+	HK    string // the hold's key in the hold table (HoldKey)
+	Gate  string // the owner's gate; both sides of an RWMutex share one
+	// Where the hold's lease is kept, for the watchdog.
+	LeaseKey string
+	Extra    []string
+	Spec     byte
+	// Where a queued owner's place is kept.
+	Waiter    string // the owner as it queues
+	MarkKey   string
+	MarkExtra []string
+	MarkSpec  wire.Spec
+}
+
+// Try is one attempt of the owner's acquisition.
+func (k *Counted) Try(a *Acquisition) (bool, time.Duration, error) {
+	c := k.H.C
+	defer c.Gate(k.Gate)()
+	markTTL := a.Sending()
+	r, err := k.Ops.TryScript(a.TryCtx(), k.Owner, k.Waiter, a.TTL, markTTL)
+	if err != nil {
+		if errs.OutcomeUnknown(err) {
+			k.reconcile(a.NC)
+			if markTTL > 0 {
+				k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter) // the lost reply may have queued the owner
+			}
+		}
+		return false, 0, k.H.Fail(a.Op, err)
+	}
+	if !r.Held {
+		return a.Refused(r.Holder, r.Left, markTTL > 0, r.Queued, k.MarkKey, k.MarkExtra, k.MarkSpec)
+	}
+	return a.Granted(func() error {
+		if r.Count == 1 {
+			if err := a.Fresh(); err != nil {
+				return err
+			}
+		}
+		fresh := func() *lease.Hold {
+			l := a.NewHold(k.LeaseKey, wire.Spec{Kind: k.Spec, ID: k.Owner})
+			l.Extra, l.Token = k.Extra, r.Token
+			return l
+		}
+		if !c.TrackHold(k.HK, r.Count, fresh) {
+			return errs.ClosedOp(a.Op, k.H.Name)
+		}
+		if r.Count == 1 {
+			c.Waits.WakeOwner(k.H.Channel, k.Owner) // the owner's other waiters re-enter
+			telemetry.Annotate(a.Ctx, telemetry.AttrToken.Int64(int64(r.Token)))
+		}
+		telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(r.Count))
+		return nil
+	})
+}
+
+// GiveBack drops the grant the owner will not get.
+func (k *Counted) GiveBack(a *Acquisition) { _, _ = k.Ops.ReleaseScript(a.NC, k.Owner) }
+
+// Leave withdraws a waiting owner from the queue, unless another call of the
+// same owner on this Core still waits there: they share the owner's place.
+func (k *Counted) Leave(a *Acquisition) {
+	if !k.H.C.Waits.HasOwner(k.H.Channel, k.Owner) {
+		k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter)
+	}
+}
+
+// HolderCount reads owner's hold count from a primitive's main key, whose
+// fields 'o' and 'n' name the holder and count its holds: 0 when another
+// owner holds it, or nobody.
+func (c *Core) HolderCount(ctx context.Context, key, owner string) (int64, error) {
+	v, err := c.RDB.HMGet(ctx, key, "o", "n").Result()
+	if err != nil {
+		return 0, err
+	}
+	if holder, _ := v[0].(string); holder != owner {
+		return 0, nil
+	}
+	n, _ := v[1].(string)
+	return strconv.ParseInt(n, 10, 64)
+}
+
+// reconcile runs after an acquisition whose reply was lost. If the server
+// counts one hold more than this Client knew of, the attempt went through;
+// since the caller gets an error, that hold is given back. The owner's gate
+// is held and only this Client writes the owner's count, so the difference
+// can only come from that attempt.
+func (k *Counted) reconcile(ctx context.Context) {
+	var known int64
+	if l := k.H.C.HeldLease(k.HK); l != nil {
+		known = l.Count
+	}
+	if cur, err := k.Ops.ServerCount(ctx, k.Owner); err == nil && cur == known+1 {
+		_, _ = k.Ops.ReleaseScript(ctx, k.Owner)
+	}
+}
+
+// Release drops one of the owner's holds (Unlock, RUnlock).
+func (k *Counted) Release(ctx context.Context, op string) error {
+	c := k.H.C
+	defer c.Gate(k.Gate)()
+	l := c.HeldLease(k.HK)
+	if l != nil {
+		if err := k.H.LostAlready(op, l); err != nil {
+			c.ForgetHold(k.HK, l)
+			return err
+		}
+	}
+	k.H.BeginRelease(l)
+	n, err := k.Ops.ReleaseScript(Detach(ctx), k.Owner)
+	if err != nil {
+		err = k.H.Fail(op, err)
+	}
+	if err == nil && n <= 0 && l != nil {
+		c.ForgetHold(k.HK, l)
+	}
+	return k.H.SettleRelease(op, l, n, err, false)
+}
+
+// Hold returns the hold this Core tracks for the owner, or nil.
+func (k *Counted) Hold() *lease.Hold { return k.H.C.HeldLease(k.HK) }

@@ -1,0 +1,205 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
+)
+
+// Mutex is the Lock engine of a Mutex on one Redis (or its cluster, or its
+// Sentinel deployment): the exclusive lock of excl_*.lua, its queue in
+// Redis, and lock cohorting (cohort.go).
+type Mutex struct {
+	h      *Handle
+	x      *Excl
+	slot   *Slot
+	cohort CohortBound
+}
+
+// NewMutex returns the engine of the Mutex whose handle is h (made with
+// ExclKeys) and whose current hold is in slot.
+func NewMutex(h *Handle, slot *Slot, cohort CohortBound) *Mutex {
+	return &Mutex{h: h, x: NewExcl(h, false), slot: slot, cohort: cohort}
+}
+
+// Excl is the exclusive lock under m.
+func (m *Mutex) Excl() *Excl { return m.x }
+
+// HandsOver is true: a hold on one Redis can be released or extended by
+// its holder ID from any process.
+func (m *Mutex) HandsOver() bool { return true }
+
+// Acquire runs one Lock or TryLock call.
+func (m *Mutex) Acquire(ctx context.Context, op string, block bool) (bool, error) {
+	return m.acquisition(ctx, op, block).Run()
+}
+
+// mutexTry is one Lock or TryLock call of a Mutex: the Acquirer of its
+// acquisition. Each call holds under a fresh ID.
+type mutexTry struct {
+	m       *Mutex
+	id      string
+	reserve int    // tokens its grant reserves after its own (cohort.go)
+	waiter  string // id as it queues: see wire.ExclWaiter
+}
+
+func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisition {
+	id := m.h.C.NewToken()
+	t := &mutexTry{m: m, id: id}
+	if m.cohortOn() {
+		t.reserve = m.cohort.Max // the tokens of the local handoffs (cohort.go)
+	}
+	t.waiter = wire.ExclWaiter(m.h.Lease, t.reserve, id)
+	as := wait.As{ID: id}
+	if m.cohortOn() {
+		as.Cohort, as.Place = m, t.waiter
+		as.Local, as.LocalFor = block && m.slot.inCohort(), m.cohort.MaxTime
+	}
+	a := m.h.NewAcquisition(ctx, t, op, block, as)
+	if as.Local {
+		a.As.Queued = func(at time.Time) error {
+			a.Sent = at
+			_, _, err := a.Refused("", 0, true, false, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
+			return err
+		}
+	}
+	a.As.Handed = func(token uint64) (bool, error) {
+		if !a.HandedGrant() {
+			return false, nil
+		}
+		ok, _, err := a.Granted(func() error { return t.keep(a, token) })
+		return ok, err
+	}
+	return a
+}
+
+func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
+	m := t.m
+	markTTL := a.Sending()
+	r, err := m.x.Try(a.TryCtx(), t.waiter, t.id, t.reserve, a.TTL, markTTL)
+	if err != nil {
+		return false, 0, t.unknownOutcome(a, err)
+	}
+	if r.Held {
+		return a.Granted(func() error { return t.keep(a, r.Token) })
+	}
+	return a.Refused(wire.ClientOf(r.Holder), r.Left, markTTL > 0, r.Queued, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
+}
+
+// keep records the granted hold as the handle's.
+func (t *mutexTry) keep(a *Acquisition, token uint64) error {
+	if err := a.Fresh(); err != nil {
+		return err
+	}
+	m := t.m
+	l := a.NewHold(m.h.Key, wire.Spec{Kind: wire.SpecHolder, ID: t.id})
+	l.Token = token
+	if m.cohortOn() {
+		l.Cohort = lease.CohortState{End: token + uint64(m.cohort.Max), Since: time.Now()}
+	}
+	m.slot.Put(l, m.h.C.WD)
+	if err := a.Watch(l); err != nil {
+		m.slot.TakeIf(l)
+		return err
+	}
+	telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int(1), telemetry.AttrToken.Int64(int64(token)))
+	return nil
+}
+
+func (t *mutexTry) GiveBack(a *Acquisition) {
+	if _, err := t.m.x.Unlock(a.NC, t.id); err != nil {
+		t.m.x.Cancel(a.NC, t.waiter)
+	}
+}
+
+func (t *mutexTry) Leave(a *Acquisition) { t.m.x.Cancel(a.NC, t.waiter) }
+
+// unknownOutcome handles an acquisition that failed in transit: Redis may
+// have granted it, or queued it, with no reply arriving. The ID is unique to
+// this call, so giving back whatever it holds is always safe, and it keeps a
+// failed Lock from leaving a hold or a queue entry behind. Local waiters are
+// woken to look again.
+func (t *mutexTry) unknownOutcome(a *Acquisition, err error) error {
+	if errs.OutcomeUnknown(err) {
+		t.m.x.Cancel(a.NC, t.waiter)
+		_, _ = t.m.x.Unlock(a.NC, t.id)
+		// The lost reply may have named a waiter of this Core that the
+		// script handed the lock to, which nobody else will wake.
+		t.m.h.WakeUnknown(err)
+	}
+	return t.m.h.Fail(a.Op, err)
+}
+
+// Release releases l, which Unlock took out of the slot: to a goroutine
+// waiting on a cohorting handle (within the cohort's bound), or in Redis.
+func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
+	c := m.h.C
+	if m.cohortOn() {
+		if place, ok := m.passLocal(l); ok {
+			if place != "" {
+				// The new holder runs already; take its place out of the
+				// queue in Redis, so that no grant goes to it.
+				m.x.Cancel(Detach(ctx), place)
+			}
+			return nil
+		}
+	}
+	var local []*wait.Waiter
+	var enqueue []string
+	if m.cohortOn() {
+		// The cohort ends: its local waiters queue in Redis, behind those
+		// of other Clients, in their order, in the release's own script
+		// (and so ahead of the caller should it lock again); then they are
+		// woken to take their places (cohort.go).
+		local, enqueue = c.Waits.EndCohort(m.h.Channel, m.h.Key)
+		if hook := c.Hooks.BeforeCohortRelease; hook != nil && len(local) > 0 {
+			hook()
+		}
+	}
+	m.h.BeginRelease(l)
+	sent := time.Now()
+	remaining, err := m.x.UnlockCohort(Detach(ctx), l.Spec.ID, l.Cohort.Served, enqueue)
+	if len(local) > 0 {
+		// The script queued them only if l still held the lock.
+		for _, place := range c.Waits.WakeEnded(local, err == nil && remaining == 0, sent) {
+			m.x.Cancel(Detach(ctx), place)
+		}
+	}
+	if err != nil {
+		err = m.h.Fail(op, err)
+		m.slot.Restore(l)
+	}
+	return m.h.SettleRelease(op, l, remaining, err, true)
+}
+
+// Extend runs Extend for hold l.
+func (m *Mutex) Extend(ctx context.Context, spanName string, l *lease.Hold, d time.Duration) error {
+	return m.h.Extend(ctx, spanName, l, d)
+}
+
+// State reads the lock.
+func (m *Mutex) State(ctx context.Context, op string) (ExclState, error) {
+	if err := m.h.Usable(ctx); err != nil {
+		return ExclState{}, err
+	}
+	st, err := m.x.State(ctx)
+	if err != nil {
+		return ExclState{}, m.h.Fail(op, err)
+	}
+	return st, nil
+}
+
+// ForceUnlock releases the lock whoever holds it; the handle's own hold is
+// reported lost at once.
+func (m *Mutex) ForceUnlock(ctx context.Context, spanName string) (bool, error) {
+	return m.x.ForceUnlock(ctx, spanName, func(cause error) {
+		if l := m.slot.Get(); l != nil {
+			m.h.C.WD.Lose(&l.Lease, cause)
+		}
+	})
+}
