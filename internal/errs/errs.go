@@ -72,7 +72,7 @@ func (e *Call) Unwrap() []error { return e.errs }
 // NameBytes is the most of a name an error message quotes.
 const NameBytes = 128
 
-// capName returns name cut to at most max bytes (at a rune boundary), with
+// CapName returns name cut to at most max bytes (at a rune boundary), with
 // an ellipsis and the name's length when it was cut.
 func CapName(name string, max int) string {
 	if len(name) <= max {

@@ -16,11 +16,7 @@
 local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local kind, waiter, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 local _, id = parse_waiter(waiter)
-local v, bad = main_key(K, kind, 'o', 'n', 'f')
-if bad then
-  return bad
-end
-bad = queue_keys(Q, QE)
+local v, bad = excl_open(K, kind, Q, QE, 'o', 'n', 'f')
 if bad then
   return bad
 end

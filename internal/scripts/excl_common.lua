@@ -54,6 +54,13 @@ local function queue_keys(Q, QE)
   return aux_key(Q, 'zset') or aux_key(QE, 'zset')
 end
 
+-- The lock's fields, as main_key reads them from K, once the queue's keys
+-- are checked too; or nil and an error reply.
+local function excl_open(K, kind, Q, QE, ...)
+  local v, bad = main_key(K, kind, ...)
+  return v, bad or queue_keys(Q, QE)
+end
+
 -- Drop the waiters whose mark expired.
 local function purge(Q, QE, now)
   for _, w in ipairs(take_expired(QE, now)) do
@@ -131,8 +138,13 @@ local function pass_on(K, F, kind, counted, Q, QE, CH, from, fence)
 end
 
 -- pass_on as a release script's reply: {code, id, token, ttl} when the lock
--- went to the waiter id, else {code, ''}.
+-- went to the waiter id, else {code, ''}; an error reply, before anything
+-- changes, when the queue's keys are not zsets.
 local function pass_on_reply(code, K, F, kind, counted, Q, QE, CH, from, fence)
+  local bad = queue_keys(Q, QE)
+  if bad then
+    return bad
+  end
   local id, f, ttl = pass_on(K, F, kind, counted, Q, QE, CH, from, fence)
   if id then
     return {code, id, f, ttl}

@@ -20,8 +20,4 @@ end
 if not v[2] then
   return {0, ''}
 end
-bad = queue_keys(Q, QE)
-if bad then
-  return bad
-end
 return pass_on_reply(1, K, F, kind, counted, Q, QE, CH, from, v[3])

@@ -8,11 +8,7 @@
 -- Keys of another kind fail with DLOCK_KIND. It changes nothing.
 --#include excl_common.lua
 local K, Q, QE = KEYS[1], KEYS[2], KEYS[3]
-local v, bad = main_key(K, ARGV[1], 'o', 'n', 'f')
-if bad then
-  return bad
-end
-bad = queue_keys(Q, QE)
+local v, bad = excl_open(K, ARGV[1], Q, QE, 'o', 'n', 'f')
 if bad then
   return bad
 end

@@ -80,8 +80,4 @@ if redis.call('EXISTS', Q) == 0 then
   free(K)
   return {0, ''}
 end
-bad = queue_keys(Q, QE)
-if bad then
-  return bad
-end
 return pass_on_reply(0, K, F, kind, counted, Q, QE, CH, from, v[4])

@@ -35,6 +35,13 @@ local function rw_keys(RL, RC, Q, QE)
   return aux_key(RL, 'zset') or aux_key(RC, 'hash') or aux_key(Q, 'zset') or aux_key(QE, 'zset')
 end
 
+-- The lock's fields, as main_key reads them from W, once every key is
+-- checked; or nil and an error reply.
+local function rw_open(W, RL, RC, Q, QE, ...)
+  local v, bad = main_key(W, 'rwlock', ...)
+  return v, bad or rw_keys(RL, RC, Q, QE)
+end
+
 -- Drop expired readers and waiters.
 local function purge(RL, RC, Q, QE, now)
   for _, owner in ipairs(take_expired(RL, now)) do

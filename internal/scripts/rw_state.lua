@@ -9,11 +9,7 @@
 -- DLOCK_KIND.
 --#include rw_common.lua
 local W, RL, RC, Q, QE = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
-if bad then
-  return bad
-end
-bad = rw_keys(RL, RC, Q, QE)
+local v, bad = rw_open(W, RL, RC, Q, QE, 'o', 'n', 'f')
 if bad then
   return bad
 end

@@ -13,11 +13,7 @@
 --#include rw_common.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local owner, from = ARGV[1], ARGV[2]
-local v, bad = main_key(W, 'rwlock', 'o', 'f')
-if bad then
-  return bad
-end
-bad = rw_keys(RL, RC, Q, QE)
+local v, bad = rw_open(W, RL, RC, Q, QE, 'o', 'f')
 if bad then
   return bad
 end

@@ -9,11 +9,10 @@
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
-local _, bad = sem_state(M, H, C, Q, QE)
+local _, bad = sem_open(M, H, C, Q, QE)
 if bad then
   return bad
 end
-purge(M, H, C, Q, QE, now_ms())
 if redis.call('ZREM', Q, id) == 0 then
   return ''
 end

@@ -124,3 +124,19 @@ local function wake_servable(M, C, Q, CH, from)
   redis.call('PUBLISH', CH, msg)
   return msg
 end
+
+-- sem_state, then the purge of expired permits and waiters at the server's
+-- clock; when from is given and the purge freed anything, the waiters now
+-- served are woken (wake_servable, publishing from from). Returns v, nil
+-- and the clock (ms), or nil and an error reply.
+local function sem_open(M, H, C, Q, QE, CH, from)
+  local v, bad = sem_state(M, H, C, Q, QE)
+  if bad then
+    return nil, bad
+  end
+  local now = now_ms()
+  if purge(M, H, C, Q, QE, now) > 0 and from then
+    wake_servable(M, C, Q, CH, from)
+  end
+  return v, nil, now
+end

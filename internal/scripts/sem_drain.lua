@@ -13,13 +13,9 @@
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, ttl = ARGV[1], tonumber(ARGV[2])
-local v, bad = sem_state(M, H, C, Q, QE)
+local v, bad, now = sem_open(M, H, C, Q, QE, CH, ARGV[3])
 if bad then
   return bad
-end
-local now = now_ms()
-if purge(M, H, C, Q, QE, now) > 0 then
-  wake_servable(M, C, Q, CH, ARGV[3])
 end
 local n, total = available(M)
 if n <= 0 or needed(C, Q, 1, redis.call('ZCARD', Q), total) > 0 then

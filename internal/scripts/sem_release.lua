@@ -10,11 +10,10 @@
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
-local v, bad = sem_state(M, H, C, Q, QE)
+local v, bad = sem_open(M, H, C, Q, QE)
 if bad then
   return bad
 end
-purge(M, H, C, Q, QE, now_ms())
 if not redis.call('ZSCORE', H, id) then
   return {-1, ''}
 end

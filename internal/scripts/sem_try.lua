@@ -24,13 +24,9 @@
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id, n, ttl, mark = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local v, bad = sem_state(M, H, C, Q, QE)
+local v, bad, now = sem_open(M, H, C, Q, QE, CH, ARGV[5])
 if bad then
   return bad
-end
-local now = now_ms()
-if purge(M, H, C, Q, QE, now) > 0 then
-  wake_servable(M, C, Q, CH, ARGV[5])
 end
 local avail, total = available(M)
 local rank = redis.call('ZRANK', Q, id)
