@@ -29,25 +29,38 @@ func needRedis(t *testing.T) {
 
 // The suite must catch a client that is never told its hold was lost: with
 // its connections partitioned past the lease, such a holder goes on
-// holding, and the next holder's grant overlaps its hold.
+// holding, and the next holder's grant overlaps its hold. Whether a
+// partition hits a holder in a long hold is up to the schedule and the
+// machine's timing: a schedule that happens to catch nothing (2 of 7 runs
+// on a loaded machine caught nothing with seed 7 alone) is followed by a
+// second one, and both checkers must catch the deaf holders in one run.
 func TestTorture_HolderNeverToldOfLoss_Caught(t *testing.T) {
 	needRedis(t)
-	cfg := DefaultConfig()
-	cfg.Duration, cfg.Quiet, cfg.Seed = 12*time.Second, time.Second, 7
-	cfg.Workers, cfg.Goroutines, cfg.Names = 3, 3, 1
-	cfg.Lease = 500 * time.Millisecond
-	cfg.Prims = []string{history.MutexNoCohort}
-	cfg.Faults = []string{FaultPartition}
-	cfg.OutDir = t.TempDir()
-	cfg.BreakLost = true
-	res, err := Run(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Log(res.Report.String())
-	for _, name := range []string{check.LostBeforeAcquired, check.Linearizability} {
-		if r := res.Report.Result(name); r == nil || len(r.Violations) == 0 {
-			t.Errorf("%s found nothing in a run whose holders were never told of their loss", name)
+	var missed []string
+	for _, seed := range []int64{7, 8} {
+		cfg := DefaultConfig()
+		cfg.Duration, cfg.Quiet, cfg.Seed = 12*time.Second, time.Second, seed
+		cfg.Workers, cfg.Goroutines, cfg.Names = 3, 3, 1
+		cfg.Lease = 500 * time.Millisecond
+		cfg.Prims = []string{history.MutexNoCohort}
+		cfg.Faults = []string{FaultPartition}
+		cfg.OutDir = t.TempDir()
+		cfg.BreakLost = true
+		res, err := Run(cfg)
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Log(res.Report.String())
+		missed = missed[:0]
+		for _, name := range []string{check.LostBeforeAcquired, check.Linearizability} {
+			if r := res.Report.Result(name); r == nil || len(r.Violations) == 0 {
+				missed = append(missed, name)
+			}
+		}
+		if len(missed) == 0 {
+			return
+		}
+		t.Logf("seed %d: %v found nothing; one more schedule", seed, missed)
 	}
+	t.Errorf("%v found nothing in two runs whose holders were never told of their loss", missed)
 }
