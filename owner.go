@@ -58,7 +58,7 @@ func ownerID(c *engine.Core, ctx context.Context, self string) (string, error) {
 	if o == "" {
 		return "", errs.Invalidf("empty owner in context")
 	}
-	return c.ID + ".o." + wire.EscapeID(o), nil
+	return wire.OwnerID(c.ID, o), nil
 }
 
 // handleOwnerID is the owner ID of a handle made WithHandleOwner, or "".
@@ -66,5 +66,5 @@ func handleOwnerID(c *Client, lc lockConfig) string {
 	if !lc.handleOwner {
 		return ""
 	}
-	return c.core.ID + ".h." + rand.Text()
+	return wire.HandleOwnerID(c.core.ID)
 }

@@ -53,7 +53,7 @@ import (
 // # Fencing tokens
 //
 // Each master keeps, per lock name, F: the highest token it has seen, in a
-// key that expires a minute (redlockFenceMemory) after the lease of the
+// key that expires a minute after the lease of the
 // grant that last raised it, so that no counter is kept for good. A try
 // proposes a token P (the caller's clock in microseconds, or one more than
 // the last token this Redlock saw if that is greater); each master that

@@ -279,7 +279,7 @@ func (o rwOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
 	return o.rw.run(ctx, s, owner)
 }
 
-// leaveQueue withdraws the waiter, giving up a hand-over it has not claimed
+// LeaveQueue withdraws the waiter, giving up a hand-over it has not claimed
 // and letting in whoever its leaving lets in. Best effort: a place left
 // behind expires with its mark.
 func (o rwOps) LeaveQueue(ctx context.Context, _, waiter string) {

@@ -2,7 +2,6 @@ package dlock
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -207,7 +206,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 	case n == 0:
 		return &Permit{s: s, done: true}, false, nil
 	}
-	t := &semTry{s: s, id: s.h.C.ID + ".p." + rand.Text(), n: n}
+	t := &semTry{s: s, id: wire.PermitID(s.h.C.ID), n: n}
 	if _, err := s.h.NewAcquisition(ctx, t, op, block, wait.As{ID: t.id}).Run(); err != nil {
 		if t.unset && errors.Is(err, ErrNotObtained) && ctx.Err() != nil {
 			err = errs.Op(op, s.h.Name, unsetHint, ErrNotObtained, ctx.Err())
@@ -240,7 +239,7 @@ func (s *Semaphore) Drain(ctx context.Context) (p *Permit, err error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &semTry{s: s, id: s.h.C.ID + ".p." + rand.Text()}
+	t := &semTry{s: s, id: wire.PermitID(s.h.C.ID)}
 	a := s.h.NewAcquisition(ctx, t, "drain", false, wait.As{ID: t.id})
 	a.Sent = time.Now()
 	res, err := s.h.C.Script(a.TryCtx(), scripts.SemDrain, s.h.Keys, t.id, wire.Millis(a.TTL), s.h.C.ID).Slice()
@@ -334,7 +333,7 @@ func (t *semTry) keep(a *engine.Acquisition, token uint64) error {
 	return a.Watch(l)
 }
 
-// giveBack releases a grant the caller will not get, and leaves the queue.
+// GiveBack releases a grant the caller will not get, and leaves the queue.
 func (t *semTry) GiveBack(a *engine.Acquisition) {
 	_, _ = t.s.release(a.NC, t.id)
 	t.s.cancel(a.NC, t.id)

@@ -167,12 +167,13 @@ func (m *Mutex) Status(ctx context.Context) (Status, error) {
 	if _, oneRedis := m.lk.(*engine.Mutex); oneRedis {
 		return readStatus(ctx, m.h, "status", m.h.Kind)
 	}
-	// A Redlock: what a quorum of its masters says.
+	// Another engine (a Redlock: what a quorum of its masters says), from
+	// what its State reads.
 	x, err := m.lk.State(ctx, "status")
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Name: m.h.Name, Kind: KindMutex, Token: x.Token, Total: -1}
+	st := Status{Name: m.h.Name, Kind: KindMutex, Token: x.Token, Total: -1, Waiting: int(x.Waiting)}
 	if x.Holder != "" {
 		st.Holders = []Holder{{ID: x.Holder, Client: wire.ClientNameOf(x.Holder), Lease: x.Left, Count: 1}}
 	}

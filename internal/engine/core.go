@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base32"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -164,9 +162,6 @@ func (c *Core) Hub() *pubsub.Hub { return c.hub }
 // Core).
 func (c *Core) Renewals() *lease.Renewals { return c.renewals }
 
-// Outage is the Core's outage log.
-func (c *Core) Outage() *lease.Outage { return c.outage }
-
 // hubHandler turns pub/sub events into wake-ups of local waiters.
 type hubHandler struct{ c *Core }
 
@@ -207,34 +202,16 @@ func (c *Core) Script(ctx context.Context, s *redis.Script, keys []string, args 
 	return cmd
 }
 
-// Do sends cmd as Script sends a script call, and returns cmd.Err().
-func (c *Core) Do(ctx context.Context, cmd redis.Cmder) error {
-	if c.co == nil || ctx.Done() != nil {
-		return c.RDB.Process(ctx, cmd)
-	}
-	return c.co.Do(ctx, cmd)
-}
-
 // WaiterID returns an ID for a waiter that has none of its own, unique in
 // this Core (no token or permit ID can look like it).
 func (c *Core) WaiterID() string {
 	return "#" + strconv.FormatUint(c.waiterSeq.Add(1), 10)
 }
 
-// NewToken returns a fresh ID for a Mutex acquisition: the Core's ID and a
-// dot, which tell whoever waits who holds the lock, and 128 random bits,
-// which make the ID unique.
-func (c *Core) NewToken() string {
-	var random [16]byte
-	_, _ = rand.Read(random[:]) // never fails (crypto/rand)
-	b := make([]byte, 0, len(c.ID)+1+tokenEncoding.EncodedLen(len(random)))
-	b = append(b, c.ID...)
-	b = append(b, '.')
-	return string(tokenEncoding.AppendEncode(b, random[:]))
-}
-
-// tokenEncoding spells the random part of a token as rand.Text does.
-var tokenEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+// NewToken returns a fresh ID for a Mutex acquisition (wire.HoldID): the
+// Core's ID and a dot, which tell whoever waits who holds the lock, and 128
+// random bits, which make the ID unique.
+func (c *Core) NewToken() string { return wire.HoldID(c.ID) }
 
 // WatchdogLease is the lease of holds the watchdog renews, in whole
 // milliseconds.

@@ -27,9 +27,6 @@ func NewMutex(h *Handle, slot *Slot, cohort CohortBound) *Mutex {
 	return &Mutex{h: h, x: NewExcl(h, false), slot: slot, cohort: cohort}
 }
 
-// Excl is the exclusive lock under m.
-func (m *Mutex) Excl() *Excl { return m.x }
-
 // HandsOver is true: a hold on one Redis can be released or extended by
 // its holder ID from any process.
 func (m *Mutex) HandsOver() bool { return true }

@@ -79,7 +79,7 @@ func (h *Handle) SettleRelease(op string, l *lease.Hold, remaining int64, err er
 // token, ttl ms}, and wakes the waiters of this Core it handed the lock
 // to, if any. It returns n.
 func (h *Handle) SettleHandover(res []any) (int64, error) {
-	n, next, err := wire.DecodePair(res)
+	n, next, err := wire.DecodePair(res[:min(len(res), 2)])
 	if err != nil || next == "" || len(res) < 4 {
 		return n, err
 	}

@@ -63,7 +63,7 @@ func (a *Acquisition) replicated() error {
 	var detail string
 	switch {
 	case !ack.sent:
-		detail = "no WAIT followed the grant" // a try that did not use tryCtx
+		detail = "no WAIT followed the grant" // a try that did not use TryCtx
 	case ack.err != nil:
 		detail = "WAIT failed"
 	case ack.acked < int64(want.Replicas):

@@ -85,22 +85,24 @@ func CapName(name string, max int) string {
 	return name[:cut] + "…(" + strconv.Itoa(len(name)) + " bytes)"
 }
 
-// opErr returns the error of op on the primitive called name: it matches
+// Op returns the error of op on the primitive called name: it matches
 // every error in errs, and detail (if any) follows their texts.
 func Op(op, name, detail string, errs ...error) error {
 	return &Call{op: op, name: name, detail: detail, errs: errs}
 }
 
+// Invalidf returns an error matching ErrInvalid, with the formatted text
+// after it.
 func Invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// notObtained is the error of a blocking acquisition whose context ended.
+// NotObtained is the error of a blocking acquisition whose context ended.
 func NotObtained(op, name string, ctx context.Context) error {
 	return Op(op, name, "", ErrNotObtained, ctx.Err())
 }
 
-// closedErr is the error of a call that met a closed Client.
+// ClosedOp is the error of a call that met a closed Client.
 func ClosedOp(op, name string) error { return Op(op, name, "", ErrClosed) }
 
 // Codes the scripts raise with redis.error_reply("DLOCK_<CODE> text"), and
@@ -114,7 +116,7 @@ const (
 	codeNoScript  = "NOSCRIPT"       // the server's script cache lacks the script
 )
 
-// classify splits an error from Redis into its code (the first word of the
+// Classify splits an error from Redis into its code (the first word of the
 // reply) and its text, without the "script: <sha>, on @user_script:N"
 // trailer Redis adds to errors raised inside a script. Transport errors have
 // no code.
@@ -138,7 +140,7 @@ func Classify(err error) (code, text string) {
 	return code, text
 }
 
-// isNoScript reports whether err says the server lacks a script.
+// IsNoScript reports whether err says the server lacks a script.
 func IsNoScript(err error) bool {
 	code, _ := Classify(err)
 	return code == codeNoScript
@@ -151,7 +153,7 @@ func IsReply(err error) bool {
 	return errors.As(err, &re)
 }
 
-// outcomeUnknown reports whether a call that failed with err may have run
+// OutcomeUnknown reports whether a call that failed with err may have run
 // on the server: not when Redis answered with an error, nor when the
 // request was never sent (no connection could be dialled or taken from the
 // pool). Then there is nothing to give back or clean up, which would only

@@ -17,7 +17,7 @@ const (
 	ExtendUnknown                      // the request failed: either may be true
 )
 
-// beginExtend stops l's renewals ahead of an Extend and waits until no
+// BeginExtend stops l's renewals ahead of an Extend and waits until no
 // renewal of l is in flight. It returns why l ended, if it has.
 func (w *Watchdog) BeginExtend(ctx context.Context, l *Lease) error {
 	w.mu.Lock()
@@ -55,7 +55,7 @@ func (w *Watchdog) BeginExtend(ctx context.Context, l *Lease) error {
 	}
 }
 
-// extended records the outcome of an Extend of l to ttl, sent at sent.
+// Extended records the outcome of an Extend of l to ttl, sent at sent.
 // Applied, l now ends at its new deadline, earlier or later than before;
 // gone, it is lost (unless a release of it is in flight); unknown, it ends
 // by the earlier of its old and new deadlines.

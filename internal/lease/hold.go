@@ -13,7 +13,7 @@ import (
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
-// lease is what the watchdog keeps: the keys the server expires, what
+// Lease is what the watchdog keeps: the keys the server expires, what
 // internal/scripts/renew.lua checks to prove the lease is still ours, and until when
 // the server is known to keep it. It is embedded in a hold or a mark, which
 // the watchdog tells when the lease ends.
@@ -74,7 +74,7 @@ type leaseOwner interface {
 // ErrReleased is the cause of a hold context's cancellation after Unlock.
 var ErrReleased = errors.New("dlock: released")
 
-// hold is this Client's record of one hold: a lease, and how to tell the
+// Hold is this Client's record of one hold: a lease, and how to tell the
 // holder when it ends.
 type Hold struct {
 	Lease
@@ -147,7 +147,7 @@ func (l *Hold) report(w *Watchdog, state leaseState, cause error) {
 	}
 }
 
-// holdContext derives a context from parent that is cancelled when l ends,
+// HoldContext derives a context from parent that is cancelled when l ends,
 // with l's cause (ErrLost when lost). A nil l gives a context that is already
 // cancelled with cause ErrNotHeld.
 func (w *Watchdog) HoldContext(parent context.Context, l *Hold) (context.Context, context.CancelFunc) {
@@ -172,7 +172,7 @@ func (w *Watchdog) HoldContext(parent context.Context, l *Hold) (context.Context
 	}
 }
 
-// whenLost makes f run when l is lost, at the moment its Lost channel
+// WhenLost makes f run when l is lost, at the moment its Lost channel
 // closes (see hold.onLost for what f may do); at once if l was lost
 // already. It reports false, and f never runs, when l ended otherwise.
 func (w *Watchdog) WhenLost(l *Hold, f func(cause error)) bool {
@@ -189,7 +189,7 @@ func (w *Watchdog) WhenLost(l *Hold, f func(cause error)) bool {
 	return false
 }
 
-// lostOf returns l's lost channel, closed once l is lost, or nil for no
+// LostOf returns l's lost channel, closed once l is lost, or nil for no
 // hold.
 func (w *Watchdog) LostOf(l *Hold) <-chan struct{} {
 	if l == nil {
@@ -206,7 +206,7 @@ func (w *Watchdog) LostOf(l *Hold) <-chan struct{} {
 	return l.lost
 }
 
-// mark is a waiting caller's place in a queue kept in Redis: a lease the
+// Mark is a waiting caller's place in a queue kept in Redis: a lease the
 // watchdog renews while the caller waits, so that a waiter that dies stops
 // holding the queue up when its mark runs out.
 type Mark struct {
@@ -231,7 +231,7 @@ func (m *Mark) report(w *Watchdog, state leaseState, cause error) {
 	}
 }
 
-// cohortState is what a hold of a cohorting Mutex carries from one local
+// CohortState is what a hold of a cohorting Mutex carries from one local
 // handoff to the next.
 type CohortState struct {
 	End    uint64    // the last token the Redis grant reserved; 0: no cohort

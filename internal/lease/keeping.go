@@ -1,6 +1,6 @@
 package lease
 
-// keeping reports whether l is still held and not being released: only
+// Keeping reports whether l is still held and not being released: only
 // then is it re-acquired on masters that lost it.
 func (w *Watchdog) Keeping(l *Lease) bool {
 	w.mu.Lock()

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// pass moves the lease of a hold to a new hold nl taken over locally: nl
+// Pass moves the lease of a hold to a new hold nl taken over locally: nl
 // keeps old's holder and lease deadline, and is renewed as old was; old ends
 // as released. It fails (false) when old is not held, not renewed, being
 // released, has less than MinValidity of its lease left, or the Client

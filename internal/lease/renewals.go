@@ -16,7 +16,7 @@ import (
 // first talks to Redis (see renewals).
 const WarmConns = 4
 
-// renewals is how the watchdog's renewal calls reach Redis: pipelines, which
+// Renewals is how the watchdog's renewal calls reach Redis: pipelines, which
 // go-redis runs on a pool of their own (Options.PipelinePoolSize), apart from
 // the connections the caller's own commands use.
 //
@@ -124,7 +124,7 @@ func (r *Renewals) awaitWarm(ctx context.Context) {
 	}
 }
 
-// send runs a chunk's renewal calls: on a cluster, per node (merged when
+// Send runs a chunk's renewal calls: on a cluster, per node (merged when
 // the servers allow it: see sendPerNode); elsewhere, in one pipeline.
 func (r *Renewals) Send(ctx context.Context, calls []RenewCall, settle func(RenewResult)) {
 	if cc, ok := r.rdb.(*redis.ClusterClient); ok {
@@ -237,7 +237,7 @@ func (r *Renewals) WarmUp() (settle func(err error)) {
 	}
 }
 
-// close waits for warm-ups in flight.
+// Close waits for warm-ups in flight.
 func (r *Renewals) Close() {
 	r.mu.Lock()
 	r.closed = true

@@ -15,7 +15,7 @@ import (
 // pipelines, and the goroutines that send them. See watchdog.go; how the
 // pipelines reach Redis is renewals.go's.
 
-// renewCall is one call of internal/scripts/renew.lua: the leases it renews, with
+// RenewCall is one call of internal/scripts/renew.lua: the leases it renews, with
 // their keys and specs in order.
 type RenewCall struct {
 	Leases []*Lease
@@ -23,14 +23,14 @@ type RenewCall struct {
 	Args   []any
 }
 
-// renewReply is the reply to one renewal call: per lease, 1 when it was
+// RenewReply is the reply to one renewal call: per lease, 1 when it was
 // renewed and 0 when its hold is gone; or the error that failed the call.
 type RenewReply struct {
 	Res []int64
 	Err error
 }
 
-// renewResult is what one request of renewal calls came back with.
+// RenewResult is what one request of renewal calls came back with.
 type RenewResult struct {
 	Calls   []RenewCall
 	Replies []RenewReply // one per call

@@ -151,7 +151,7 @@ func (w *Watchdog) wall(m int64) time.Time { return w.epoch.Add(time.Duration(m)
 // tickOf is the tick of the renewal schedule at or before m.
 func (w *Watchdog) tickOf(m int64) int64 { return m / int64(w.tick) }
 
-// add starts keeping a lease whose deadline is set. It returns false after
+// Add starts keeping a lease whose deadline is set. It returns false after
 // close: the caller must give the hold back.
 func (w *Watchdog) Add(l *Lease) bool {
 	w.mu.Lock()
@@ -183,7 +183,7 @@ func kick(ch chan struct{}) {
 	}
 }
 
-// beginRelease marks l as being released, so that a renewal racing the
+// BeginRelease marks l as being released, so that a renewal racing the
 // release script does not report the hold lost. Its deadline still holds:
 // see expire.
 func (w *Watchdog) BeginRelease(l *Lease) {
@@ -192,7 +192,7 @@ func (w *Watchdog) BeginRelease(l *Lease) {
 	w.mu.Unlock()
 }
 
-// abortRelease undoes beginRelease. When the release failed, the lease is no
+// AbortRelease undoes BeginRelease. When the release failed, the lease is no
 // longer renewed: it ends at its deadline at the latest, since a caller that
 // meant to give it up must not keep it alive by accident. A lease that is
 // still held (a counted hold with holds left) goes on as before. After close,
@@ -243,7 +243,7 @@ func (w *Watchdog) Released(l *Lease, proven bool) (lostCause error) {
 	return nil
 }
 
-// dropped forgets l without reporting a loss, when the caller no longer
+// Dropped forgets l without reporting a loss, when the caller no longer
 // needs it (a mark whose waiter stopped waiting).
 func (w *Watchdog) Dropped(l *Lease) {
 	w.mu.Lock()
@@ -251,14 +251,14 @@ func (w *Watchdog) Dropped(l *Lease) {
 	w.endLocked(l, leaseReleased, ErrReleased)
 }
 
-// isHeld reports whether l is still held as far as this Client knows.
+// IsHeld reports whether l is still held as far as this Client knows.
 func (w *Watchdog) IsHeld(l *Lease) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return l.state == leaseHeld
 }
 
-// lostCause returns why l was lost, or nil while it is held or after a
+// LostCause returns why l was lost, or nil while it is held or after a
 // normal release.
 func (w *Watchdog) LostCause(l *Hold) error {
 	w.mu.Lock()
@@ -269,7 +269,7 @@ func (w *Watchdog) LostCause(l *Hold) error {
 	return nil
 }
 
-// lastSent returns the send time of the request that last granted or
+// LastSent returns the send time of the request that last granted or
 // renewed l.
 func (w *Watchdog) LastSent(l *Lease) time.Time {
 	w.mu.Lock()
@@ -277,7 +277,7 @@ func (w *Watchdog) LastSent(l *Lease) time.Time {
 	return w.wall(l.sent)
 }
 
-// lose reports l lost with the given cause, which wraps ErrLost. It is a
+// Lose reports l lost with the given cause, which wraps ErrLost. It is a
 // no-op for a lease that already ended.
 func (w *Watchdog) Lose(l *Lease, cause error) {
 	w.mu.Lock()
@@ -326,7 +326,7 @@ func (w *Watchdog) unlockAsync() {
 	w.reports.push(q)
 }
 
-// close stops the watchdog and waits for its goroutines and for renewals in
+// Close stops the watchdog and waits for its goroutines and for renewals in
 // flight (cancelled, they end with their requests), then reports every
 // remaining lease ended with a cause matching both ErrLost and ErrClosed,
 // since nothing keeps it any more. Holds being released right now are left

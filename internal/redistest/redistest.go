@@ -256,7 +256,7 @@ func (s *Server) RestartProcess() error {
 	return fmt.Errorf("restart redis-server: %w", err)
 }
 
-// Shared is one server for a whole test package, started on first use and
+// shared is one server for a whole test package, started on first use and
 // stopped by StopShared (call it from TestMain after m.Run).
 var shared struct {
 	once sync.Once

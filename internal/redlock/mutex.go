@@ -106,8 +106,14 @@ func (rm *Mutex) ForceUnlock(ctx context.Context, spanName string) (bool, error)
 // The test's view of the Mutex.
 
 // Gate returns the index of the gate master, in the order the Redlock was
-// given the masters, and that master's name.
-func (rm *Mutex) Gate() (int, string) { return rm.gate, rm.r.nodes[rm.gate].name }
+// given the masters, and that master's name; -1 and "" for a Mutex made
+// with bad input.
+func (rm *Mutex) Gate() (int, string) {
+	if rm.gate < 0 {
+		return -1, ""
+	}
+	return rm.gate, rm.r.nodes[rm.gate].name
+}
 
 // Contended reports whether the Mutex's tries go to its gate first.
 func (rm *Mutex) Contended() bool { return rm.contended() }

@@ -7,9 +7,9 @@
 //
 // It owns its masters' connections and pub/sub hubs and a detached
 // engine.Core (watchdog, registry of local waiters, telemetry); it calls
-// packages engine, lease, wait, wire and scripts. Lock order: a try's mu,
-// then the watchdog's (through Keeping); the seen and calls locks are
-// leaves.
+// packages engine, lease, wait, pubsub, coalesce, wire, scripts, errs and
+// telemetry. Lock order: a try's mu, the seen and calls locks are leaves (a
+// try releases its mu before it hands a hold to the watchdog).
 package redlock
 
 import (

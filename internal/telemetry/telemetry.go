@@ -81,7 +81,7 @@ var untracedGlobal = otel.GetTracerProvider()
 // noSpan stands for a span not started.
 var noSpan trace.Span = noop.Span{}
 
-// telemetry holds the Client's tracer and instruments. With the OpenTelemetry
+// Telemetry holds the Client's tracer and instruments. With the OpenTelemetry
 // globals unset, both are no-ops, and spans are not even started (see
 // untracedGlobal).
 type Telemetry struct {
@@ -136,7 +136,7 @@ func New(tp trace.TracerProvider, mp metric.MeterProvider, nameAttr bool) *Telem
 	return t
 }
 
-// metricAttrs returns the attribute set for a metric point. Without the name
+// MetricAttrs returns the attribute set for a metric point. Without the name
 // opt-in the sets are few, so they are cached.
 func (t *Telemetry) MetricAttrs(kind, result, name string) metric.MeasurementOption {
 	if t.nameAttr && name != "" {
@@ -172,7 +172,7 @@ func CachedAttrs(kind, result string) metric.MeasurementOption {
 	return metric.WithAttributes(AttrKind.String(kind), AttrResult.String(result))
 }
 
-// span is one instrumented public call.
+// Span is one instrumented public call.
 type Span struct {
 	t     *Telemetry
 	span  trace.Span
@@ -183,7 +183,7 @@ type Span struct {
 
 var clientSpan = trace.WithSpanKind(trace.SpanKindClient)
 
-// start opens the span of a public call, named spanName (a constant), as a
+// Start opens the span of a public call, named spanName (a constant), as a
 // child of the span in ctx. Attributes are built only for a span that
 // records, so that unconfigured OpenTelemetry costs next to nothing.
 func (t *Telemetry) Start(ctx context.Context, kind, spanName, name string, lease time.Duration) (context.Context, Span) {
@@ -224,7 +224,7 @@ func (s Span) finish(result string, err error) {
 	s.span.End()
 }
 
-// endAcquire closes the span of an acquisition. acquired is false for a
+// EndAcquire closes the span of an acquisition. acquired is false for a
 // TryLock that found the lock taken, which is an outcome, not an error.
 // blocking calls also record the wait duration.
 func (s Span) EndAcquire(err error, acquired, blocking bool) {
@@ -249,7 +249,7 @@ func (s Span) EndAcquire(err error, acquired, blocking bool) {
 	}
 }
 
-// endRelease closes the span of a release call; errs.ErrNotHeld and errs.ErrLost mark
+// EndRelease closes the span of a release call; errs.ErrNotHeld and errs.ErrLost mark
 // it failed.
 func (s Span) EndRelease(err error) {
 	result := ResultReleased
@@ -262,7 +262,7 @@ func (s Span) EndRelease(err error) {
 	}
 }
 
-// endOther closes the span of a call that neither acquires nor releases.
+// EndOther closes the span of a call that neither acquires nor releases.
 func (s Span) EndOther(err error) {
 	result := ""
 	if err != nil {
@@ -284,7 +284,7 @@ var sentinels = []struct {
 	{errs.ErrNotObtained, "dlock.ErrNotObtained"},
 }
 
-// exceptionType is what a span's exception event calls err: the first
+// ExceptionType is what a span's exception event calls err: the first
 // sentinel it matches, or the type of the error it wraps.
 func ExceptionType(err error) string {
 	for _, s := range sentinels {
@@ -319,14 +319,14 @@ func ResultOf(err error) string {
 	return ResultError
 }
 
-// annotate sets attributes on the span in ctx, if it records.
+// Annotate sets attributes on the span in ctx, if it records.
 func Annotate(ctx context.Context, kv ...attribute.KeyValue) {
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
 		sp.SetAttributes(kv...)
 	}
 }
 
-// wokeUp records a wake-up of a blocked call on its span: why, and which
+// WokeUp records a wake-up of a blocked call on its span: why, and which
 // attempt follows.
 func WokeUp(ctx context.Context, why string, attempt int) {
 	if sp := trace.SpanFromContext(ctx); sp.IsRecording() {
@@ -334,7 +334,7 @@ func WokeUp(ctx context.Context, why string, attempt int) {
 	}
 }
 
-// blocked records on the span in ctx that a try found the lock held: by
+// Blocked records on the span in ctx that a try found the lock held: by
 // whom (a Client ID, or a reentrant owner ID, which starts with one) and for
 // how much longer at most.
 func Blocked(ctx context.Context, holder string, left time.Duration) {

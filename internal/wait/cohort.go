@@ -8,7 +8,7 @@ import (
 
 // The registry's side of lock cohorting (see engine's cohort).
 
-// endCohort returns the waiters of channel that wait for a local handoff
+// EndCohort returns the waiters of channel that wait for a local handoff
 // only, and their places, in arrival order: the cohort releases to Redis,
 // whose script queues them there; wakeEnded then wakes them to try, which
 // keeps their places and starts their marks. They may wait on any handle of
@@ -31,7 +31,7 @@ func (r *Registry) EndCohort(channel, key string) (ws []*Waiter, places []string
 	return ws, places
 }
 
-// wakeEnded wakes the waiters endCohort returned: queued, when the release
+// WakeEnded wakes the waiters endCohort returned: queued, when the release
 // sent at sent queued them in Redis, so that they start their waiting
 // marks; else to try. It returns the places of those that left meanwhile
 // (their ctx ended), which the release queued after their own cancel may
@@ -64,16 +64,16 @@ func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []
 	return gone
 }
 
-// queuedAt returns when the release that queued w was sent.
+// QueuedAt returns when the release that queued w was sent.
 func (r *Registry) QueuedAt(w *Waiter) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return w.queuedAt
 }
 
-// pickCohort gives a hold to the first waiter of channel on a cohorting
+// PickCohort gives a hold to the first waiter of channel on a cohorting
 // Mutex handle of key that has none pending: give makes the hold (nil:
-// none), and the waiter is woken with wakeCohort. It returns the waiter, or
+// none), and the waiter is woken with WakeCohort. It returns the waiter, or
 // nil.
 func (r *Registry) PickCohort(channel, key string, give func(w *Waiter) *lease.Hold) *Waiter {
 	if r.count.Load() == 0 {

@@ -30,7 +30,7 @@ func (r *Registry) init() {
 	r.byID = make(map[string]*Waiter)
 }
 
-// has reports whether channel has local waiters.
+// Has reports whether channel has local waiters.
 func (r *Registry) Has(channel string) bool {
 	if r.count.Load() == 0 { // the uncontended path takes no lock
 		return false
@@ -40,7 +40,7 @@ func (r *Registry) Has(channel string) bool {
 	return r.queues[channel] != nil
 }
 
-// join appends a waiter to channel's queue.
+// Join appends a waiter to channel's queue.
 func (r *Registry) Join(channel string, as As) (w *Waiter, err error) {
 	w = &Waiter{wake: make(chan Reason, 1), channel: channel, kind: as.Kind, id: as.ID, owner: as.Owner, cohort: as.Cohort, place: as.Place, local: as.Local}
 	r.mu.Lock()
@@ -66,7 +66,7 @@ func (r *Registry) Join(channel string, as As) (w *Waiter, err error) {
 	return w, nil
 }
 
-// leave removes w. A waiter that leaves without acquiring while a wake-up is
+// Leave removes w. A waiter that leaves without acquiring while a wake-up is
 // pending hands the wake-up to the next waiter.
 func (r *Registry) Leave(w *Waiter, acquired bool) {
 	r.mu.Lock()
@@ -96,7 +96,7 @@ func (r *Registry) Leave(w *Waiter, acquired bool) {
 	}
 }
 
-// handedToken returns the fencing token of the latest hand-over w was woken
+// HandedToken returns the fencing token of the latest hand-over w was woken
 // for.
 func (r *Registry) HandedToken(w *Waiter) uint64 {
 	r.mu.Lock()
@@ -104,7 +104,7 @@ func (r *Registry) HandedToken(w *Waiter) uint64 {
 	return w.fence
 }
 
-// attempt marks w as acting on its wake-ups: any pending one is consumed.
+// Attempt marks w as acting on its wake-ups: any pending one is consumed.
 // It reports true, consuming nothing, when a local handoff has given w a
 // hold: w must then take it, and not try in Redis.
 func (r *Registry) Attempt(w *Waiter) (granted bool) {
@@ -125,7 +125,7 @@ func (r *Registry) Attempt(w *Waiter) (granted bool) {
 	return false
 }
 
-// wake wakes the waiters of channel that spec names and returns how many it
+// Wake wakes the waiters of channel that spec names and returns how many it
 // signalled. Counted wake-ups skip waiters that already have one pending,
 // oldest first; spec.N <= 0 wakes all waiters of the kind.
 func (r *Registry) Wake(channel string, spec wire.Wake, why Reason) int {
@@ -189,14 +189,14 @@ func (r *Registry) retimeOthers(channel string, spec wire.Wake) {
 	}
 }
 
-// retimed returns when the hold a waiter was told of ends.
+// Retimed returns when the hold a waiter was told of ends.
 func (r *Registry) Retimed(w *Waiter) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return w.retimeAt
 }
 
-// hasOwner reports whether channel has a local waiter acquiring for owner.
+// HasOwner reports whether channel has a local waiter acquiring for owner.
 func (r *Registry) HasOwner(channel, owner string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -210,7 +210,7 @@ func (r *Registry) HasOwner(channel, owner string) bool {
 	return false
 }
 
-// wakeOwner wakes the waiters of channel that acquire for owner: once the
+// WakeOwner wakes the waiters of channel that acquire for owner: once the
 // owner holds the lock, they can re-enter at once.
 func (r *Registry) WakeOwner(channel, owner string) {
 	r.mu.Lock()

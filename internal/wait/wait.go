@@ -106,7 +106,7 @@ type As struct {
 	Queued func(at time.Time) error
 }
 
-// tryFunc makes one acquisition attempt. When it fails it returns how long
+// TryFunc makes one acquisition attempt. When it fails it returns how long
 // the holder's lease has left, or 0 when that is unknown.
 type TryFunc func() (ok bool, left time.Duration, err error)
 
@@ -251,7 +251,7 @@ func (l *Loop) Wait(ctx context.Context, op, name, channel string, as As, left t
 	}
 }
 
-// retryAfter is how long a waiter sleeps without a wake-up: just past the
+// RetryAfter is how long a waiter sleeps without a wake-up: just past the
 // holder's remaining lease, when the lock frees itself even if no message
 // says so. A lock with no expiry (not one dlock wrote) is re-checked every
 // watchdog timeout.

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"crypto/rand"
+	"encoding/base32"
 	"fmt"
 	"os"
 	"strings"
@@ -26,7 +27,7 @@ import (
 // MaxClientName is the longest Client name WithClientName accepts, in bytes.
 const MaxClientName = 128
 
-// defaultClientName is the name a Client gets without WithClientName: the
+// DefaultClientName is the name a Client gets without WithClientName: the
 // host name and the process ID, "host:pid".
 func DefaultClientName() string {
 	host, err := os.Hostname()
@@ -48,7 +49,7 @@ func CheckClientName(name string) error {
 	return nil
 }
 
-// newClientID returns a fresh ID for a Client called name.
+// NewClientID returns a fresh ID for a Client called name.
 func NewClientID(name string) string {
 	return EscapeID(name) + "~" + rand.Text()
 }
@@ -106,14 +107,38 @@ func unhex(c byte) byte {
 	return c - 'a' + 10
 }
 
-// clientOf returns the ID of the Client a holder or waiter ID belongs to:
+// HoldID returns a fresh ID for one acquisition by the Client clientID: its
+// ID, a dot, and 128 random bits spelled as rand.Text spells them.
+func HoldID(clientID string) string {
+	var random [16]byte
+	_, _ = rand.Read(random[:]) // never fails (crypto/rand)
+	b := make([]byte, 0, len(clientID)+1+holdIDEncoding.EncodedLen(len(random)))
+	b = append(b, clientID...)
+	b = append(b, '.')
+	return string(holdIDEncoding.AppendEncode(b, random[:]))
+}
+
+var holdIDEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// OwnerID returns the ID of the counted holds of owner (named with
+// WithOwner) on the Client clientID.
+func OwnerID(clientID, owner string) string { return clientID + ".o." + EscapeID(owner) }
+
+// HandleOwnerID returns a fresh owner ID for a handle that is its own owner
+// (WithHandleOwner).
+func HandleOwnerID(clientID string) string { return clientID + ".h." + rand.Text() }
+
+// PermitID returns a fresh ID for one semaphore acquisition.
+func PermitID(clientID string) string { return clientID + ".p." + rand.Text() }
+
+// ClientOf returns the ID of the Client a holder or waiter ID belongs to:
 // every such ID starts with it and a dot.
 func ClientOf(id string) string {
 	c, _, _ := strings.Cut(id, ".")
 	return c
 }
 
-// clientNameOf returns the name of the Client a holder or waiter ID belongs
+// ClientNameOf returns the name of the Client a holder or waiter ID belongs
 // to, as WithClientName set it ("" for an ID that has none, such as one
 // written by a dlock version before names).
 func ClientNameOf(id string) string {

@@ -31,7 +31,7 @@ func CheckName(name string) error {
 	return nil
 }
 
-// slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag,
+// Slot is the Redis Cluster hash slot of key: CRC16 (XMODEM) of its hash tag,
 // or of the whole key when it has none, modulo 16384.
 func Slot(key string) uint16 {
 	if s := strings.IndexByte(key, '{'); s >= 0 {

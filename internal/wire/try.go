@@ -80,9 +80,9 @@ func ParseToken(s string) (uint64, error) {
 
 // DecodePair reads a script's {integer, text} reply: a count and a release
 // message (semaphores), or the first two fields of a releasing script's
-// reply (see engine.Handle.SettleHandover).
+// reply (see engine.Handle.SettleHandover). Any other length is an error.
 func DecodePair(res []any) (int64, string, error) {
-	if len(res) < 2 {
+	if len(res) != 2 {
 		return 0, "", fmt.Errorf("unexpected reply %v", res)
 	}
 	n, ok := res[0].(int64)

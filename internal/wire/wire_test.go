@@ -92,6 +92,15 @@ func TestIDs_EscapeRoundTripsAndClientOf(t *testing.T) {
 		assert.Equal(t, name, ClientNameOf(id+".hold"), "the name back from a hold ID")
 		assert.Equal(t, id, ClientOf(id+".hold"))
 		assert.Equal(t, name, UnescapeID(EscapeID(name)))
+		// Every ID minted for a hold, an owner or a permit names its Client.
+		owner := OwnerID(id, "order.42,x|y")
+		for _, held := range []string{HoldID(id), owner, HandleOwnerID(id), PermitID(id)} {
+			assert.Equal(t, id, ClientOf(held), held)
+			assert.Equal(t, name, ClientNameOf(held), held)
+		}
+		assert.Equal(t, id+".o.order%2E42%2Cx%7Cy", owner, "an owner is escaped")
+		assert.NotEqual(t, HoldID(id), HoldID(id))
+		assert.Len(t, HoldID(id), len(id)+1+26, "128 random bits, as rand.Text spells them")
 	}
 }
 
