@@ -1,0 +1,13 @@
+-- sem_set: Redisson's trySetPermits (docs/redisson.md §5.2).
+--
+-- KEYS[1] the semaphore <name>
+-- KEYS[2] the channel redisson_sc:{name}
+-- ARGV[1] the permits, >= 0
+-- ARGV[2] PUBLISH or SPUBLISH
+-- returns: 1 when set, 0 when the semaphore already existed.
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call(ARGV[2], KEYS[2], ARGV[1])
+return 1
