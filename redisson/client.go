@@ -46,13 +46,13 @@ const (
 type Option func(*config)
 
 type config struct {
-	watchdog time.Duration      // default DefaultWatchdogTimeout
-	sharded  ShardedMode        // default ShardedAuto
-	id       string             // default a random UUID
-	subWait  time.Duration      // how long a subscription may take; 7.5 s
+	watchdog time.Duration        // default DefaultWatchdogTimeout
+	sharded  ShardedMode          // default ShardedAuto
+	id       string               // default a random UUID
+	subWait  time.Duration        // how long a subscription may take; 7.5 s
 	tp       trace.TracerProvider // default the OpenTelemetry global
 	mp       metric.MeterProvider // default the OpenTelemetry global
-	err      error              // the first invalid option
+	err      error                // the first invalid option
 }
 
 // WithWatchdogTimeout sets the lease of holds taken without WithLease, which
