@@ -6,7 +6,12 @@
 -- returns: the count left, 0 once it reached zero (the key is then deleted
 --          and 0, the zero-count message, published); -1 for a latch that
 --          did not exist (nothing is published).
--- errors:  WRONGTYPE or a DECR error for a key that is no integer string.
+-- errors:  DLOCK_KIND when the value is not an integer; WRONGTYPE when the
+--          key is no string. Nothing is written then.
+local old = redis.call('GET', KEYS[1])
+if old ~= false and tonumber(old) == nil then
+  return redis.error_reply('DLOCK_KIND ' .. KEYS[1] .. ' a string that is not a count')
+end
 local v = redis.call('DECR', KEYS[1])
 if v <= 0 then
   redis.call('DEL', KEYS[1])
