@@ -10,6 +10,7 @@ import (
 )
 
 func TestFencedLock_TokensRiseStrictlyAcrossGoAndJava(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 30*time.Second)
 	const workers, rounds = 3, 8
@@ -72,6 +73,7 @@ func TestFencedLock_TokensRiseStrictlyAcrossGoAndJava(t *testing.T) {
 }
 
 func TestFencedLock_ExcludesJavaRLock_AndReentryTakesAToken(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")

@@ -20,6 +20,7 @@ import (
 const lockCh = "redisson_lock__channel:{orders}"
 
 func TestLock_GoAndJavaUnderContention_ExcludeEachOther(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 30*time.Second)
 	const workers, rounds = 4, 12
@@ -94,6 +95,7 @@ func TestLock_GoAndJavaUnderContention_ExcludeEachOther(t *testing.T) {
 }
 
 func TestLock_GoReentry_IsSeenByJava(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := owner(ctxT(t, 10*time.Second), "job-1")
 	l := e.go_.Lock("orders")
@@ -132,6 +134,7 @@ func TestLock_GoReentry_IsSeenByJava(t *testing.T) {
 }
 
 func TestLock_JavaReentry_IsSeenByGo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	require.NoError(t, e.java.Lock(ctx, "orders", 7, 0))
@@ -159,6 +162,7 @@ func TestLock_JavaReentry_IsSeenByGo(t *testing.T) {
 }
 
 func TestLock_OwnersExcludeEachOther_SameOwnerReenters(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	a, b := owner(ctx, "a"), owner(ctx, "b")
@@ -177,6 +181,7 @@ func TestLock_OwnersExcludeEachOther_SameOwnerReenters(t *testing.T) {
 }
 
 func TestLock_GoUnlock_WakesJavaWaiterByMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 20*time.Second)
 	g := owner(ctx, "job-1")
@@ -196,6 +201,7 @@ func TestLock_GoUnlock_WakesJavaWaiterByMessage(t *testing.T) {
 }
 
 func TestLock_JavaUnlock_WakesGoWaiterByMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 20*time.Second)
 	require.NoError(t, e.java.Lock(ctx, "orders", 7, 15*time.Second))
@@ -212,6 +218,7 @@ func TestLock_JavaUnlock_WakesGoWaiterByMessage(t *testing.T) {
 }
 
 func TestLock_GoLeaseExpiry_HonouredByJava_AndReportedLost(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -237,6 +244,7 @@ func TestLock_GoLeaseExpiry_HonouredByJava_AndReportedLost(t *testing.T) {
 }
 
 func TestLock_JavaLeaseExpiry_HonouredByGo(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	require.NoError(t, e.java.Lock(ctx, "orders", 7, 400*time.Millisecond))
@@ -250,6 +258,7 @@ func TestLock_JavaLeaseExpiry_HonouredByGo(t *testing.T) {
 }
 
 func TestLock_Watchdog_RenewsBothSides(t *testing.T) {
+	t.Parallel()
 	// A 600 ms watchdog renews every 200 ms; holding for 1.5 s outlives the
 	// lease twice over.
 	e := newEnv(t, 600*time.Millisecond)
@@ -279,6 +288,7 @@ func TestLock_Watchdog_RenewsBothSides(t *testing.T) {
 }
 
 func TestLock_JavaForceUnlock_GoHolderLosesAtRenewal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 600*time.Millisecond)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -302,6 +312,7 @@ func TestLock_JavaForceUnlock_GoHolderLosesAtRenewal(t *testing.T) {
 }
 
 func TestLock_GoForceUnlock_WakesJavaWaiter(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	require.NoError(t, e.java.Lock(ctx, "orders", 7, 0))
@@ -320,6 +331,7 @@ func TestLock_GoForceUnlock_WakesJavaWaiter(t *testing.T) {
 }
 
 func TestLock_Extend_SetsTheLeaseAndStopsRenewal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -338,6 +350,7 @@ func TestLock_Extend_SetsTheLeaseAndStopsRenewal(t *testing.T) {
 }
 
 func TestLock_BadInput_IsInvalid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := owner(ctxT(t, 10*time.Second), "job-1")
 	_, err := redisson.New(nil).Lock("x").TryLock(ctx)
@@ -358,6 +371,7 @@ func TestLock_BadInput_IsInvalid(t *testing.T) {
 }
 
 func TestLock_ForeignKeys_AreRefusedAndLeftAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := owner(ctxT(t, 10*time.Second), "job-1")
 	require.NoError(t, e.rdb.Set(ctx, "str", "v", 0).Err())
@@ -384,6 +398,7 @@ func TestLock_ForeignKeys_AreRefusedAndLeftAlone(t *testing.T) {
 }
 
 func TestLock_ContextEnds_WhileWaiting(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	require.NoError(t, e.java.Lock(ctx, "orders", 7, 0))

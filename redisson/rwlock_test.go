@@ -15,6 +15,7 @@ import (
 const rwCh = "redisson_rwlock:{cfg}"
 
 func TestReadWriteLock_GoAndJavaReadersShare_WritersWait(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -56,6 +57,7 @@ func TestReadWriteLock_GoAndJavaReadersShare_WritersWait(t *testing.T) {
 }
 
 func TestReadWriteLock_JavaReadUnlock_KeepsTheLockForGosReadHold(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -80,6 +82,7 @@ func TestReadWriteLock_JavaReadUnlock_KeepsTheLockForGosReadHold(t *testing.T) {
 }
 
 func TestReadWriteLock_GoWriteUnlock_WakesEveryJavaReader(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 20*time.Second)
 	g := owner(ctx, "job-1")
@@ -99,6 +102,7 @@ func TestReadWriteLock_GoWriteUnlock_WakesEveryJavaReader(t *testing.T) {
 }
 
 func TestReadWriteLock_GoReadUnlock_WakesJavaWriter_AndBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 20*time.Second)
 	g := owner(ctx, "job-1")
@@ -120,6 +124,7 @@ func TestReadWriteLock_GoReadUnlock_WakesJavaWriter_AndBack(t *testing.T) {
 }
 
 func TestReadWriteLock_Downgrade_And_NoUpgrade(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -146,6 +151,7 @@ func TestReadWriteLock_Downgrade_And_NoUpgrade(t *testing.T) {
 }
 
 func TestReadWriteLock_MixedContention_KeepsTheInvariant(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 30*time.Second)
 	var readers, writers atomic.Int32
@@ -236,6 +242,7 @@ func TestReadWriteLock_MixedContention_KeepsTheInvariant(t *testing.T) {
 }
 
 func TestReadWriteLock_ReadWatchdog_RenewsHoldKeys(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 600*time.Millisecond)
 	ctx := ctxT(t, 10*time.Second)
 	g := owner(ctx, "job-1")
@@ -260,6 +267,7 @@ func TestReadWriteLock_ReadWatchdog_RenewsHoldKeys(t *testing.T) {
 }
 
 func TestReadWriteLock_ForceUnlock_FromJavaRLockName_IsRefusedByLock(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	require.NoError(t, e.java.Lock(ctx, "plain", 7, time.Minute))

@@ -13,6 +13,7 @@ import (
 )
 
 func TestSemaphore_GoAndJava_NeverExceedThePermits(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 30*time.Second)
 	s := e.go_.Semaphore("pool")
@@ -76,6 +77,7 @@ func TestSemaphore_GoAndJava_NeverExceedThePermits(t *testing.T) {
 }
 
 func TestSemaphore_GoRelease_WakesJavaAcquirer_AndBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 20*time.Second)
 	s := e.go_.Semaphore("pool")
@@ -102,6 +104,7 @@ func TestSemaphore_GoRelease_WakesJavaAcquirer_AndBack(t *testing.T) {
 }
 
 func TestSemaphore_BadInput_And_ForeignKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 10*time.Second)
 	s := e.go_.Semaphore("pool")
@@ -124,6 +127,7 @@ func TestSemaphore_BadInput_And_ForeignKey(t *testing.T) {
 }
 
 func TestCountDownLatch_GoCountDown_WakesJavaAwaiters_AndBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, 0)
 	ctx := ctxT(t, 20*time.Second)
 	l := e.go_.CountDownLatch("start")
