@@ -260,8 +260,6 @@ func (c *Client) renewAll() {
 	c.mu.Unlock()
 	lease := c.cfg.watchdog
 	ms := strconv.FormatInt(lease.Milliseconds(), 10)
-	ctx, cancel := context.WithTimeout(c.ctx, lease/3)
-	defer cancel()
 	for _, hs := range bySlot {
 		for batch := range slices.Chunk(hs, renewBatch) {
 			keys := make([]string, len(batch))
@@ -272,7 +270,9 @@ func (c *Client) renewAll() {
 				args = append(args, h.key.field)
 			}
 			sent := time.Now()
+			ctx, cancel := context.WithTimeout(c.ctx, lease/3)
 			res, err := scriptLockRenew.Run(ctx, c.rdb, keys, args...).Int64Slice()
+			cancel()
 			for i, h := range batch {
 				switch {
 				case err != nil || i >= len(res):
@@ -287,7 +287,9 @@ func (c *Client) renewAll() {
 	}
 	for _, h := range reads {
 		sent := time.Now()
+		ctx, cancel := context.WithTimeout(c.ctx, lease/3)
 		n, err := scriptRWRenewRead.Run(ctx, c.rdb, []string{h.key.name, rwTimeoutPrefix(h.key.name, h.key.field)}, ms, h.key.field).Int64()
+		cancel()
 		switch {
 		case err != nil:
 			c.renewFailed(h, err)
