@@ -183,7 +183,7 @@ func (c *Client) Close() error {
 	c.cancel()
 	var ends []func()
 	for _, h := range c.holds {
-		ends = append(ends, c.endLocked(h, dlock.ErrClosed))
+		ends = append(ends, c.endLocked(h, errs.Op("close", h.key.name, "", dlock.ErrLost, dlock.ErrClosed)))
 	}
 	running := c.running
 	c.mu.Unlock()
