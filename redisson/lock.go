@@ -177,8 +177,12 @@ func (l *Lock) tryLock(ctx context.Context, op, span string) (ok bool, token int
 //
 // It returns an error matching dlock.ErrNotHeld when the owner holds
 // nothing (Java's IllegalMonitorStateException), and then changes nothing in
-// Redis; when this Client knew the hold had been lost the error matches
-// dlock.ErrLost too. Unlock sends its request even when ctx has ended.
+// Redis; when this Client still counted a hold that Redis no longer has
+// (it expired or was forced), the error matches dlock.ErrLost too and the
+// hold is reported lost. Unlock sends its request even when ctx has ended.
+// When Redis cannot be asked, or its reply is lost, the error says so and
+// the Client keeps its record of the hold: the watchdog goes on renewing
+// it, and reports it lost if the unlock did apply.
 func (l *Lock) Unlock(ctx context.Context) (err error) {
 	key, err := l.begin(ctx, "unlock")
 	ctx, sp := l.c.tel.Start(ctx, kindName, "redisson.Lock.Unlock", l.name, 0)
