@@ -437,3 +437,64 @@ func TestClient_Close_UnblocksWaitersStopsRenewalsLeaksNothing(t *testing.T) {
 	assert.ErrorIs(t, err, dlock.ErrClosed)
 	goleak.VerifyNone(t, ignore)
 }
+
+func TestLock_HolderField_IsClientIDAndOwnersThreadID(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0)
+	c := redisson.New(e.rdb, redisson.WithClientID("5b1c6e0e-3c2f-4f0a-9a57-6a1f2b0c9d11"))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := owner(ctxT(t, 10*time.Second), "87")
+	l := c.Lock("orders")
+	require.NoError(t, l.Lock(ctx))
+	v, err := e.rdb.HGet(ctx, "orders", "5b1c6e0e-3c2f-4f0a-9a57-6a1f2b0c9d11:87").Result()
+	require.NoError(t, err)
+	assert.Equal(t, "1", v)
+	require.NoError(t, l.Unlock(ctx))
+	assert.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`, e.go_.ID(), "a Java-style UUID")
+}
+
+func TestLock_HoldContext_EndsAtTheLastUnlock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0)
+	ctx := owner(ctxT(t, 10*time.Second), "job-1")
+	l := e.go_.Lock("orders")
+	hctx, cancel := l.HoldContext(ctx)
+	defer cancel()
+	require.Error(t, hctx.Err(), "no hold yet")
+	assert.ErrorIs(t, context.Cause(hctx), dlock.ErrNotHeld)
+
+	require.NoError(t, l.Lock(ctx))
+	require.NoError(t, l.Lock(ctx))
+	hctx, cancel = l.HoldContext(ctx)
+	defer cancel()
+	require.NoError(t, l.Unlock(ctx))
+	require.NoError(t, hctx.Err(), "one hold is left")
+	require.NoError(t, l.Unlock(ctx))
+	<-hctx.Done()
+	assert.ErrorIs(t, context.Cause(hctx), dlock.ErrNotHeld)
+	assert.NotErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+}
+
+func TestLock_RedisDown_ErrorsNotPanics_AndHoldsAreLost(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Real(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := redisson.New(rdb, redisson.WithWatchdogTimeout(600*time.Millisecond))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := owner(ctxT(t, 10*time.Second), "job-1")
+	l := c.Lock("orders")
+	require.NoError(t, l.Lock(ctx))
+	lost := l.Lost(ctx)
+	srv.Stop()
+	_, err := l.TryLock(owner(ctx, "job-2"))
+	assert.ErrorIs(t, err, dlock.ErrUnavailable)
+	err = c.Semaphore("s").Release(ctx, 1)
+	assert.ErrorIs(t, err, dlock.ErrUnavailable)
+	select {
+	case <-lost:
+	case <-time.After(3 * time.Second):
+		t.Fatal("renewals failing for a whole lease did not report the hold lost")
+	}
+	assert.Error(t, l.Unlock(ctx))
+}
