@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/dlock-go/dlock"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
@@ -20,6 +23,14 @@ const (
 	kindWrite                 // a read-write lock's write half: lock_renew
 	kindRead                  // a read-write lock's read half: rw_renew_read
 )
+
+// String is the telemetry kind of the primitive a hold of k is of.
+func (k holdKind) String() string {
+	if k == kindLock {
+		return kindName
+	}
+	return kindRW
+}
 
 // holdKey names a hold of this Client: one owner's holds (all its
 // re-entries) of one lock.
@@ -40,6 +51,7 @@ type hold struct {
 	deadline time.Time     // when the lease in Redis ends at the latest, as far as this Client knows
 	timer    *time.Timer   // fires at deadline for a hold the watchdog does not renew
 	token    int64         // the fenced lock's latest token
+	since    time.Time     // when the first of its grants was sent
 
 	ended  bool
 	lost   chan struct{} // closed when the hold is lost
@@ -55,10 +67,11 @@ func (c *Client) acquired(key holdKey, lease time.Duration, renew bool, sent tim
 	defer c.mu.Unlock()
 	h := c.holds[key]
 	if h == nil {
-		h = &hold{key: key, lost: make(chan struct{}), onEnd: map[int]func(error){}}
+		h = &hold{key: key, since: sent, lost: make(chan struct{}), onEnd: map[int]func(error){}}
 		if !c.closed {
 			c.holds[key] = h
 		}
+		c.tel.HoldStarted(key.kind.String(), key.name)
 	}
 	h.count++
 	h.token = token
@@ -168,8 +181,14 @@ func (c *Client) endLocked(h *hold, cause error) func() {
 	}
 	fs := h.onEnd
 	h.onEnd = nil
-	why := h.cause
+	why, kind, name, since := h.cause, h.key.kind.String(), h.key.name, h.since
 	return func() {
+		if cause != nil {
+			c.tel.HoldEnded(kind, name, since, telemetry.ResultLost)
+			c.tel.HoldLost(kind, name, trace.SpanContext{}, cause)
+		} else {
+			c.tel.HoldEnded(kind, name, since, telemetry.ResultReleased)
+		}
 		for _, f := range fs {
 			f(why)
 		}
@@ -273,6 +292,7 @@ func (c *Client) renewAll() {
 			ctx, cancel := context.WithTimeout(c.ctx, lease/3)
 			res, err := scriptLockRenew.Run(ctx, c.rdb, keys, args...).Int64Slice()
 			cancel()
+			c.tel.Batch(len(batch))
 			for i, h := range batch {
 				switch {
 				case err != nil || i >= len(res):
@@ -302,6 +322,7 @@ func (c *Client) renewAll() {
 }
 
 func (c *Client) renewed(h *hold, deadline time.Time) {
+	c.tel.Renewals(1, telemetry.ResultRenewed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !h.ended && h.renew && deadline.After(h.deadline) {
@@ -314,6 +335,7 @@ func (c *Client) renewFailed(h *hold, err error) {
 	if errors.Is(err, context.Canceled) && c.ctx.Err() != nil {
 		return // closing
 	}
+	c.tel.Renewals(1, telemetry.ResultFailed)
 	c.mu.Lock()
 	late := !h.ended && time.Now().After(h.deadline)
 	c.mu.Unlock()
