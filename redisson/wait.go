@@ -22,7 +22,9 @@ type attempt func(ctx context.Context) (done bool, wait time.Duration, err error
 //  3. Try again: a release between 1 and 2 published to nobody.
 //  4. Wait for a message on channel (any message: it is a hint to retry),
 //     or for the wait the last try returned (a lock's lease running out),
-//     capped at recheck; then go to 3.
+//     capped at recheck; then go to 3. When the server ends the
+//     subscription (a sharded one, on slot migration), subscribe again
+//     first.
 //
 // Tries run with ctx's values but without its cancellation, so that a grant
 // is never half-seen: a try that Redis answered is always recorded. ctx is
@@ -34,13 +36,24 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 	if err != nil || done {
 		return err
 	}
-	sub, err := c.subscribe(ctx, op, name, channel)
-	if err != nil {
-		return err
+	var sub *redis.PubSub
+	defer func() {
+		if sub != nil {
+			_ = sub.Close()
+		}
+	}()
+	var msgs <-chan any
+	resubscribe := func() error {
+		if sub != nil {
+			_ = sub.Close()
+		}
+		if sub, err = c.subscribe(ctx, op, name, channel); err != nil {
+			return err
+		}
+		msgs = sub.ChannelWithSubscriptions(redis.WithChannelSize(16))
+		return c.confirmed(ctx, op, name, msgs)
 	}
-	defer sub.Close()
-	msgs := sub.ChannelWithSubscriptions(redis.WithChannelSize(16))
-	if err := c.confirmed(ctx, op, name, msgs); err != nil {
+	if err := resubscribe(); err != nil {
 		return err
 	}
 	t := time.NewTimer(time.Hour)
@@ -58,7 +71,15 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 			return errs.NotObtained(op, name, ctx)
 		case <-c.closing:
 			return errs.ClosedOp(op, name)
-		case <-msgs: // a message, or a re-subscription after a reconnect
+		case m := <-msgs: // a message, or a re-subscription after a reconnect
+			if s, ok := m.(*redis.Subscription); ok && (s.Kind == "sunsubscribe" || s.Kind == "unsubscribe") {
+				// The server ended the subscription: a sharded one ends when
+				// its slot migrates or its shard fails over. Subscribe anew,
+				// where the slot is served now, then retry at once.
+				if err := resubscribe(); err != nil {
+					return err
+				}
+			}
 		case <-t.C:
 		}
 		if !t.Stop() {
