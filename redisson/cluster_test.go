@@ -57,6 +57,7 @@ func TestCluster(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	t.Run("ShardedAndClassic_WakeBothWays", func(t *testing.T) { shardedAndClassicWakeBothWays(t, rdb) })
 	t.Run("WatchdogRenewsLocksInManySlots", func(t *testing.T) { watchdogRenewsLocksInManySlots(t, rdb) })
+	t.Run("ShardedWaiterFollowsMigration", func(t *testing.T) { shardedWaiterFollowsMigration(t, rdb, addrs) })
 }
 
 // shardedAndClassicWakeBothWays: Go, with ShardedAuto on Redis 7 and with

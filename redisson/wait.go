@@ -23,8 +23,8 @@ type attempt func(ctx context.Context) (done bool, wait time.Duration, err error
 //  4. Wait for a message on channel (any message: it is a hint to retry),
 //     or for the wait the last try returned (a lock's lease running out),
 //     capped at recheck; then go to 3. When the server ends the
-//     subscription (a sharded one, on slot migration), subscribe again
-//     first.
+//     subscription (a sharded one ends on slot migration), subscribe again
+//     after the next try, and go to 3 once it is confirmed.
 //
 // Tries run with ctx's values but without its cancellation, so that a grant
 // is never half-seen: a try that Redis answered is always recorded. ctx is
@@ -37,33 +37,57 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 		return err
 	}
 	var sub *redis.PubSub
-	defer func() {
-		if sub != nil {
-			_ = sub.Close()
-		}
-	}()
 	var msgs <-chan any
-	resubscribe := func() error {
+	drop := func() {
 		if sub != nil {
 			_ = sub.Close()
 		}
-		if sub, err = c.subscribe(ctx, op, name, channel); err != nil {
+		sub, msgs = nil, nil
+	}
+	defer drop()
+	subscribe := func(confirm time.Duration) error {
+		drop()
+		s, err := c.subscribe(ctx, op, name, channel)
+		if err != nil {
 			return err
 		}
+		sub = s
 		msgs = sub.ChannelWithSubscriptions(redis.WithChannelSize(16))
-		return c.confirmed(ctx, op, name, msgs)
+		return c.confirmed(ctx, op, name, msgs, confirm)
 	}
-	if err := resubscribe(); err != nil {
+	if err := subscribe(c.cfg.subWait); err != nil {
 		return err
 	}
+	lapsed := false // the server ended the subscription
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
 		if done, wait, err = try(tctx); err != nil || done {
 			return err
 		}
+		if lapsed {
+			// Where the channel's slot is served now may not be known yet:
+			// the try above met a MOVED, and the cluster client reloads its
+			// map meanwhile. Give a subscription a moment, and retry the
+			// whole step soon when it gets no confirmation.
+			err := subscribe(resubscribeWait)
+			switch {
+			case err == nil:
+				lapsed = false
+				continue // a release may have gone unheard: try again now
+			case ctx.Err() != nil || c.ctx.Err() != nil:
+				return err
+			}
+			drop()
+			if cc, ok := c.rdb.(*redis.ClusterClient); ok {
+				cc.ReloadState(ctx)
+			}
+		}
 		if wait < 0 || wait > recheck {
 			wait = recheck
+		}
+		if lapsed {
+			wait = min(wait, resubscribeWait)
 		}
 		t.Reset(max(wait, time.Millisecond))
 		select {
@@ -74,11 +98,9 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 		case m := <-msgs: // a message, or a re-subscription after a reconnect
 			if s, ok := m.(*redis.Subscription); ok && (s.Kind == "sunsubscribe" || s.Kind == "unsubscribe") {
 				// The server ended the subscription: a sharded one ends when
-				// its slot migrates or its shard fails over. Subscribe anew,
-				// where the slot is served now, then retry at once.
-				if err := resubscribe(); err != nil {
-					return err
-				}
+				// its slot migrates or its shard fails over.
+				drop()
+				lapsed = true
 			}
 		case <-t.C:
 		}
@@ -90,6 +112,10 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 		}
 	}
 }
+
+// resubscribeWait bounds each attempt to subscribe again after the server
+// ended a subscription.
+const resubscribeWait = 500 * time.Millisecond
 
 // subscribe opens a pub/sub connection subscribed to channel, sharded or
 // classic as the Client publishes. Every waiter has its own, as each Java
@@ -107,9 +133,9 @@ func (c *Client) subscribe(ctx context.Context, op, name, channel string) (*redi
 }
 
 // confirmed waits for the server to confirm the subscription, as long as
-// Redisson's subscriptionTimeout (7.5 s).
-func (c *Client) confirmed(ctx context.Context, op, name string, msgs <-chan any) error {
-	t := time.NewTimer(c.cfg.subWait)
+// limit (Redisson's subscriptionTimeout is 7.5 s).
+func (c *Client) confirmed(ctx context.Context, op, name string, msgs <-chan any, limit time.Duration) error {
+	t := time.NewTimer(limit)
 	defer t.Stop()
 	for {
 		select {
