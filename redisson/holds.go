@@ -70,8 +70,8 @@ func (c *Client) acquired(key holdKey, lease time.Duration, renew bool, sent tim
 		h = &hold{key: key, since: sent, lost: make(chan struct{}), onEnd: map[int]func(error){}}
 		if !c.closed {
 			c.holds[key] = h
+			c.tel.HoldStarted(key.kind.String(), key.name)
 		}
-		c.tel.HoldStarted(key.kind.String(), key.name)
 	}
 	h.count++
 	h.token = token
@@ -110,9 +110,8 @@ func (c *Client) armLocked(h *hold) {
 	})
 }
 
-// released records one release of key: end says Redis released the lock
-// (or, for a read hold, every read hold was undone). It returns the hold, or
-// nil when this Client knew of none.
+// released records one release of key: end says Redis released the lock.
+// A hold ends with its last release (for a read hold, the owner's last).
 func (c *Client) released(key holdKey, end bool) {
 	c.mu.Lock()
 	h := c.holds[key]

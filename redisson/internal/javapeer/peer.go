@@ -221,15 +221,17 @@ func (c *Client) waitFor(ctx context.Context, channel string, try func() (bool, 
 			_, subscribed = m.(*redis.Subscription)
 		}
 	}
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for {
 		if ok, ttl, err = try(); err != nil || ok {
 			return err
 		}
+		t.Stop()
 		var timeout <-chan time.Time
 		if ttl >= 0 {
-			t := time.NewTimer(time.Duration(ttl) * time.Millisecond)
+			t.Reset(time.Duration(ttl) * time.Millisecond)
 			timeout = t.C
-			defer t.Stop()
 		}
 	wait:
 		for {
