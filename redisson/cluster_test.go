@@ -57,6 +57,7 @@ func TestCluster(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	t.Run("ShardedAndClassic_WakeBothWays", func(t *testing.T) { shardedAndClassicWakeBothWays(t, rdb) })
 	t.Run("WatchdogRenewsLocksInManySlots", func(t *testing.T) { watchdogRenewsLocksInManySlots(t, rdb) })
+	t.Run("MismatchedKinds_ExcludeButDoNotWake", func(t *testing.T) { mismatchedKindsDoNotWake(t, rdb) })
 	t.Run("ShardedWaiterFollowsMigration", func(t *testing.T) { shardedWaiterFollowsMigration(t, rdb, addrs) })
 }
 
@@ -145,4 +146,26 @@ func watchdogRenewsLocksInManySlots(t *testing.T, rdb *redis.ClusterClient) {
 		assert.Greater(t, ttl, 100*time.Millisecond, n)
 		require.NoError(t, c.Lock(n).Unlock(g))
 	}
+}
+
+// mismatchedKindsDoNotWake: a Go side on classic pub/sub and a Java side on
+// sharded pub/sub still exclude each other, but a release does not wake the
+// other side's waiter, which waits out the lease it saw (docs/redisson.md
+// §7.5): the two kinds of channels do not mix.
+func mismatchedKindsDoNotWake(t *testing.T, rdb *redis.ClusterClient) {
+	c := redisson.New(rdb, redisson.WithShardedMode(redisson.ShardedOff))
+	t.Cleanup(func() { _ = c.Close() })
+	java := javapeer.New(rdb, true, 0)
+	t.Cleanup(java.Close)
+	ctx := ctxT(t, 20*time.Second)
+	g := owner(ctx, "job-1")
+	l := c.Lock("mismatch").WithLease(1500 * time.Millisecond)
+	require.NoError(t, l.Lock(g))
+	j := result(func() error { return java.Lock(ctx, "mismatch", 7, 0) })
+	awaitClusterSubscribers(t, rdb, "redisson_lock__channel:{mismatch}", true, 1)
+	require.NoError(t, l.Unlock(g))
+	r := recv(t, j, 5*time.Second)
+	require.NoError(t, r.err)
+	assert.Greater(t, r.took, time.Second, "woken by a PUBLISH it does not hear")
+	require.NoError(t, java.Unlock(ctx, "mismatch", 7))
 }
