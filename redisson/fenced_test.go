@@ -97,3 +97,16 @@ func TestFencedLock_ExcludesJavaRLock_AndReentryTakesAToken(t *testing.T) {
 	assert.False(t, ok)
 	require.NoError(t, e.java.Unlock(ctx, "ledger", 7))
 }
+
+func TestFencedLock_HeldKeyWithoutTTL_IsNotTakenForAGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0)
+	ctx := ctxT(t, 10*time.Second)
+	// A hold with no TTL, which Redisson's own reply {PTTL, -1} would read
+	// as {-1, -1}: "acquired".
+	require.NoError(t, e.rdb.HSet(ctx, "ledger", e.java.Field(7), 1).Err())
+	tok, ok, err := e.go_.FencedLock("ledger").TryLock(owner(ctx, "job-1"))
+	require.NoError(t, err)
+	assert.False(t, ok)
+	assert.Zero(t, tok)
+}

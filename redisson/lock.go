@@ -59,8 +59,6 @@ func (l *Lock) WithLease(lease time.Duration) *Lock {
 	return &n
 }
 
-func (l *Lock) kind() holdKey { return holdKey{kind: kindLock, name: l.name} }
-
 // begin checks a call's input and returns the holder field of ctx's owner.
 func (l *Lock) begin(ctx context.Context, op string) (holdKey, error) {
 	if err := l.c.check(op, l.name); err != nil {
@@ -108,13 +106,13 @@ func (l *Lock) try(ctx context.Context, op string, key holdKey) (bool, time.Dura
 		}
 	case []any:
 		if len(v) == 2 {
-			ttl, _ := v[0].(int64)
-			token, _ := v[1].(int64)
-			if ttl == -1 {
-				l.c.acquired(key, lease, renew, sent, token)
-				return true, 0, token, nil
+			taken, _ := v[0].(int64)
+			n, _ := v[1].(int64)
+			if taken == 1 {
+				l.c.acquired(key, lease, renew, sent, n)
+				return true, 0, n, nil
 			}
-			return false, time.Duration(ttl) * time.Millisecond, 0, nil
+			return false, time.Duration(n) * time.Millisecond, 0, nil
 		}
 	}
 	return false, 0, 0, errs.Op(op, l.name, "unexpected reply from the acquire script", dlock.ErrUnavailable)

@@ -7,7 +7,9 @@
 -- ARGV[2] the holder field <client UUID>:<thread id>
 -- returns: without KEYS[2]: nil when taken or re-entered, else the lock's
 --          PTTL in ms (-1: a key without TTL);
---          with KEYS[2]: {-1, token} when taken, else {PTTL, -1}.
+--          with KEYS[2]: {1, token} when taken, else {0, PTTL}. (Redisson's
+--          own script answers {-1, token} and {PTTL, -1}, which a lock key
+--          without TTL makes ambiguous.)
 -- errors:  DLOCK_KIND when the key is a hash of dlock's own layout or a
 --          Redisson read-write lock; WRONGTYPE when it is no hash. Nothing is
 --          written then.
@@ -24,7 +26,7 @@ if found then
   redis.call('HINCRBY', k, field, 1)
   redis.call('PEXPIRE', k, ARGV[1])
   if token then
-    return {-1, token}
+    return {1, token}
   end
   return nil
 end
@@ -37,6 +39,6 @@ if redis.call('HEXISTS', k, 'mode') == 1 then
 end
 local ttl = redis.call('PTTL', k)
 if KEYS[2] then
-  return {ttl, -1}
+  return {0, ttl}
 end
 return ttl
