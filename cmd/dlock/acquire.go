@@ -120,12 +120,18 @@ func acquire(e *env, c *dlock.Client, name string, f *runFlags, sigs <-chan os.S
 			return nil, err
 		}
 	}
+	return acquireWith(e, p, name, f, sigs, func() string { return describe(c, name) })
+}
+
+// acquireWith is acquire of p, whose state describe tells.
+func acquireWith(e *env, p primitive, name string, f *runFlags, sigs <-chan os.Signal, describe func() string) (*held, error) {
+	ctx := context.Background()
 	h, err := p.try(ctx)
 	if err != nil || h != nil {
 		return h, mapErr(err)
 	}
 	if f.noWait {
-		return nil, fail(exitBusy, "%q is busy: %s; not waiting (--no-wait)", name, describe(c, name))
+		return nil, fail(exitBusy, "%q is busy: %s; not waiting (--no-wait)", name, describe())
 	}
 
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -145,7 +151,7 @@ func acquire(e *env, c *dlock.Client, name string, f *runFlags, sigs <-chan os.S
 
 	start := time.Now()
 	line := &statusLine{w: e.stderr, tty: isTerminal(2)}
-	line.show(fmt.Sprintf("dlock run: waiting for %q: %s", name, describe(c, name)))
+	line.show(fmt.Sprintf("dlock run: waiting for %q: %s", name, describe()))
 	var tick <-chan time.Time
 	if line.tty {
 		t := time.NewTicker(pollInterval)
@@ -160,7 +166,7 @@ func acquire(e *env, c *dlock.Client, name string, f *runFlags, sigs <-chan os.S
 			case r.err == nil:
 				return r.h, nil
 			case errors.Is(r.err, context.DeadlineExceeded) && errors.Is(r.err, dlock.ErrNotObtained):
-				return nil, fail(exitBusy, "%q is still busy after %v (--timeout): %s", name, f.timeout, describe(c, name))
+				return nil, fail(exitBusy, "%q is still busy after %v (--timeout): %s", name, f.timeout, describe())
 			}
 			return nil, redisFailure(r.err)
 		case s := <-sigs:
@@ -173,7 +179,7 @@ func acquire(e *env, c *dlock.Client, name string, f *runFlags, sigs <-chan os.S
 			return nil, fail(signalStatus(s), "got %v while waiting for %q; the command did not run", s, name)
 		case <-tick:
 			waited := time.Since(start).Truncate(time.Second)
-			line.show(fmt.Sprintf("dlock run: waiting for %q (%v): %s", name, waited, describe(c, name)))
+			line.show(fmt.Sprintf("dlock run: waiting for %q (%v): %s", name, waited, describe()))
 		}
 	}
 }

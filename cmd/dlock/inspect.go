@@ -20,13 +20,16 @@ const inspectTimeout = 30 * time.Second
 
 var statusCommand = &command{
 	name:    "status",
-	summary: "[--redis URL] [--json] NAME",
+	summary: "[--redis URL] [--json] [--redisson] NAME",
 	about: `Show what NAME holds: its kind (mutex, reentrant, rwmutex, semaphore, latch, election),
 its holders (the name of the holding process's client and what its lease has left), the
 fencing token of the current or last hold, and how many wait. A name that holds nothing
 exits 1, and so does a lock nobody holds or waits for: a released lock keeps nothing.`,
-	define: defineJSON,
-	run:    statusMain,
+	define: func(fs *flag.FlagSet) {
+		defineJSON(fs)
+		fs.Bool("redisson", false, "show the Redisson (Java) object called NAME: a lock's or read-write lock's holder fields, or a semaphore's or latch's count")
+	},
+	run: statusMain,
 }
 
 var listCommand = &command{
@@ -114,6 +117,20 @@ func flagTrue(fs *flag.FlagSet, name string) bool {
 }
 
 func statusMain(c *command, e *env, args []string) error {
+	{
+		fs, redisURL := c.flags()
+		c.define(fs)
+		pos, err := c.parse(e, fs, args)
+		if err != nil {
+			return err
+		}
+		if flagTrue(fs, "redisson") {
+			if len(pos) != 1 {
+				return c.usageErr("wrong number of arguments: %q", pos)
+			}
+			return redissonStatus(e, *redisURL, pos[0], flagTrue(fs, "json"))
+		}
+	}
 	pos, fs, client, done, err := inspectArgs(c, e, args)
 	if err != nil {
 		return err

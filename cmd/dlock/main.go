@@ -4,8 +4,8 @@
 //
 // Usage:
 //
-//	dlock run    [--redis URL] [--ttl D] [--timeout D] [--no-wait] [--permits N] [--grace D] NAME -- COMMAND [ARG...]
-//	dlock status [--redis URL] [--json] NAME
+//	dlock run    [--redis URL] [--ttl D] [--timeout D] [--no-wait] [--permits N | --redisson] [--grace D] NAME -- COMMAND [ARG...]
+//	dlock status [--redis URL] [--json] [--redisson] NAME
 //	dlock list   [--redis URL] [--json] [PATTERN]
 //	dlock unlock [--redis URL] --force NAME
 //
@@ -33,6 +33,11 @@
 // no PATTERN, an empty list exits 0). Whenever the status is dlock's own
 // rather than the command's, dlock says why on standard error.
 //
+// With --redisson, run takes the Redisson (Java) RLock called NAME, the one
+// redisson.getLock(NAME) takes, so that a shell job and Java services
+// exclude each other (DLOCK_TOKEN is then 0: an RLock has no token), and
+// status shows the Redisson object called NAME. See docs/redisson.md.
+//
 // The --redis URL defaults to $REDIS_URL, then redis://127.0.0.1:6379/0; run
 // "dlock help" for its forms (one server, TLS, Sentinel, Cluster). Keys use
 // the library's default prefix "dlock:", or $DLOCK_PREFIX when set.
@@ -47,6 +52,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock"
 )
@@ -69,8 +76,8 @@ const pingTimeout = 5 * time.Second
 const usageText = `dlock runs a command under a distributed lock on Redis, and shows and clears locks.
 
 Usage:
-  dlock run    [--redis URL] [--ttl D] [--timeout D] [--no-wait] [--permits N] [--grace D] NAME -- COMMAND [ARG...]
-  dlock status [--redis URL] [--json] NAME
+  dlock run    [--redis URL] [--ttl D] [--timeout D] [--no-wait] [--permits N | --redisson] [--grace D] NAME -- COMMAND [ARG...]
+  dlock status [--redis URL] [--json] [--redisson] NAME
   dlock list   [--redis URL] [--json] [PATTERN]
   dlock unlock [--redis URL] --force NAME
 
@@ -227,6 +234,22 @@ func (c *command) usageErr(format string, args ...any) error {
 // names, after a first round trip shows that it answers. A Redis that does
 // not is exitUnavailable.
 func connect(e *env, redisURL string, opts ...dlock.Option) (*dlock.Client, func(), error) {
+	rdb, err := connectRedis(e, redisURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p := e.getenv("DLOCK_PREFIX"); p != "" {
+		opts = append([]dlock.Option{dlock.WithKeyPrefix(p)}, opts...)
+	}
+	opts = append(opts, dlock.WithLogger(newLogger(e.stderr)))
+	c := dlock.New(rdb, opts...)
+	return c, func() { _ = c.Close(); _ = rdb.Close() }, nil
+}
+
+// connectRedis returns a go-redis client on the Redis that --redis (or its
+// default) names, after a first round trip shows that it answers. A Redis
+// that does not is exitUnavailable.
+func connectRedis(e *env, redisURL string) (redis.UniversalClient, error) {
 	if redisURL == "" {
 		redisURL = e.getenv("REDIS_URL")
 	}
@@ -235,21 +258,16 @@ func connect(e *env, redisURL string, opts ...dlock.Option) (*dlock.Client, func
 	}
 	t, err := parseRedisURL(redisURL)
 	if err != nil {
-		return nil, nil, fail(exitUsage, "%v", err)
+		return nil, fail(exitUsage, "%v", err)
 	}
 	rdb := t.client()
 	ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		return nil, nil, fail(exitUnavailable, "redis at %s: %v", redact(redisURL), err)
+		return nil, fail(exitUnavailable, "redis at %s: %v", redact(redisURL), err)
 	}
-	if p := e.getenv("DLOCK_PREFIX"); p != "" {
-		opts = append([]dlock.Option{dlock.WithKeyPrefix(p)}, opts...)
-	}
-	opts = append(opts, dlock.WithLogger(newLogger(e.stderr)))
-	c := dlock.New(rdb, opts...)
-	return c, func() { _ = c.Close(); _ = rdb.Close() }, nil
+	return rdb, nil
 }
 
 // redact hides the password in a Redis URL for messages.

@@ -25,9 +25,10 @@ const releaseTimeout = 10 * time.Second
 
 var runCommand = &command{
 	name:    "run",
-	summary: "[--redis URL] [--ttl D] [--timeout D] [--no-wait] [--permits N] [--grace D] NAME -- COMMAND [ARG...]",
+	summary: "[--redis URL] [--ttl D] [--timeout D] [--no-wait] [--permits N | --redisson] [--grace D] NAME -- COMMAND [ARG...]",
 	about: `Run COMMAND while holding the lock called NAME, and release it when COMMAND exits.
-With --permits N, hold one of N permits of the semaphore called NAME instead.
+With --permits N, hold one of N permits of the semaphore called NAME instead. With
+--redisson, hold the Redisson (Java) RLock called NAME, as redisson.getLock(NAME) does.
 
 COMMAND runs in a process group of its own, with DLOCK_NAME and DLOCK_TOKEN (the hold's
 fencing token) in its environment. SIGINT, SIGTERM and SIGHUP are passed on to the group,
@@ -55,6 +56,7 @@ type runFlags struct {
 	ttl, timeout, grace time.Duration
 	noWait              bool
 	permits             int
+	redisson            bool
 }
 
 func defineRunFlags(fs *flag.FlagSet) *runFlags {
@@ -64,6 +66,7 @@ func defineRunFlags(fs *flag.FlagSet) *runFlags {
 	fs.BoolVar(&f.noWait, "no-wait", false, "exit 75 at once if the lock is busy")
 	fs.IntVar(&f.permits, "permits", 0, "hold one of `N` permits of a semaphore instead of a lock")
 	fs.DurationVar(&f.grace, "grace", 10*time.Second, "time `D` that COMMAND gets between SIGTERM and SIGKILL when the lock is lost")
+	fs.BoolVar(&f.redisson, "redisson", false, "take the Redisson (Java) RLock called NAME, as redisson.getLock(NAME) does, instead of a dlock lock")
 	return f
 }
 
@@ -95,10 +98,15 @@ func runMain(c *command, e *env, args []string) error {
 		return c.usageErr("--timeout, --grace and --permits must not be negative")
 	case f.noWait && f.timeout > 0:
 		return c.usageErr("--no-wait and --timeout exclude each other")
+	case f.redisson && f.permits > 0:
+		return c.usageErr("--redisson takes a lock; --permits is not supported with it")
 	case !runSupported:
 		return fail(exitError, "not supported on this system: it needs Unix process groups")
 	}
 	name := pos[0]
+	if f.redisson {
+		return redissonRun(e, *redisURL, name, argv, f)
+	}
 
 	// The Client keeps the library's default name, "host:pid", which
 	// status and list show as the holder.
@@ -113,6 +121,20 @@ func runMain(c *command, e *env, args []string) error {
 	// waits for a Redis that does not answer. A signal dlock was started
 	// with ignored (nohup, a background job of a script) stays ignored,
 	// and the command inherits that.
+	sigs, stop := catchSignals()
+	defer stop()
+
+	h, err := acquire(e, client, name, f, sigs)
+	if err != nil {
+		return err
+	}
+	return superviseHeld(e, h, argv, f, sigs)
+}
+
+// catchSignals starts catching the signals passed on to the command, but
+// those dlock was started with ignored, which stay ignored. Call the
+// returned func to stop.
+func catchSignals() (<-chan os.Signal, func()) {
 	sigs := make(chan os.Signal, 4)
 	var caught []os.Signal
 	for _, s := range forwarded {
@@ -120,15 +142,16 @@ func runMain(c *command, e *env, args []string) error {
 			caught = append(caught, s)
 		}
 	}
-	if len(caught) > 0 {
-		signal.Notify(sigs, caught...)
-		defer signal.Stop(sigs)
+	if len(caught) == 0 {
+		return sigs, func() {}
 	}
+	signal.Notify(sigs, caught...)
+	return sigs, func() { signal.Stop(sigs) }
+}
 
-	h, err := acquire(e, client, name, f, sigs)
-	if err != nil {
-		return err
-	}
+// superviseHeld runs argv under h, unless a signal came before it could
+// start.
+func superviseHeld(e *env, h *held, argv []string, f *runFlags, sigs <-chan os.Signal) error {
 	select {
 	case s := <-sigs: // before the command could start
 		h.releaseQuietly()
