@@ -66,7 +66,8 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 		}
 	}
 	a.As.Handed = func(token uint64) (bool, error) {
-		if !a.HandedGrant() {
+		// A hand-over always names its token; without one, ask Redis.
+		if token == 0 || !a.HandedGrant() {
 			return false, nil
 		}
 		ok, _, err := a.Granted(func() error { return t.keep(a, token) })

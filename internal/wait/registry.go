@@ -141,7 +141,12 @@ func (r *Registry) Wake(channel string, spec wire.Wake, why Reason) int {
 		woke := 0
 		for _, id := range spec.IDs {
 			if w := r.byID[id]; w != nil && w.channel == channel {
-				w.fence = spec.Fence
+				if why == WakeHanded {
+					// Only a hand-over carries a token: another wake-up by
+					// ID (a mark's place gone) must not clear the token of
+					// a hand-over still pending.
+					w.fence = spec.Fence
+				}
 				w.signal(why)
 				woke++
 				continue

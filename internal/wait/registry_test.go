@@ -144,3 +144,21 @@ func TestWaitRegistry_HandedReplacesAnOrdinaryWakeUp(t *testing.T) {
 	assert.True(t, ok)
 	assert.Equal(t, WakeHanded, got, "the waiter learns it holds the lock, not merely to look again")
 }
+
+// Found by the torture suite (seed 1126, an Election term with token 0): a
+// waiter handed the lock, whose mark's renewal then found its place gone
+// before it woke, was woken once more by ID without a token (the mark's
+// place-gone callback). That wake-up kept the pending hand-over but
+// overwrote its token with 0, so the waiter took the lock with token 0.
+func TestWaitRegistry_WakeByIDWithoutTokenKeepsTheHandedToken(t *testing.T) {
+	var r Registry
+	r.init()
+	w, err := r.Join("ch", As{ID: "T1"})
+	require.NoError(t, err)
+	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"T1"}, Fence: 42}, WakeLocal)
+	r.Wake("ch", wire.Wake{IDs: []string{"T1"}}, WakeLocal) // the place is gone
+	got, ok := pending(w)
+	assert.True(t, ok)
+	assert.Equal(t, WakeHanded, got)
+	assert.Equal(t, uint64(42), r.HandedToken(w), "the hand-over's token")
+}
