@@ -511,6 +511,11 @@ func TestMutexCohort_AcrossHandlesOfOneClient(t *testing.T) {
 					got <- w.Token()
 				}()
 				waitQueued(t, e, n, 1)
+				if tc.local {
+					// It queues in Redis on its first try, and joins the
+					// Client's registry, where a local handoff finds it, after.
+					require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+				}
 				require.NoError(t, h.Unlock(ctx))
 				second := <-got
 				require.Greater(t, second, first)

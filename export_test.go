@@ -49,3 +49,6 @@ func RedlockContend(m *Mutex) { m.lk.(*redlock.Mutex).Contend() }
 
 // RedlockChannel is the release channel of a Redlock Mutex.
 func RedlockChannel(m *Mutex) string { return m.lk.(*redlock.Mutex).Channel() }
+
+// LocalWaiters is how many callers wait in c's registry of local waiters.
+func LocalWaiters(c *Client) int { return c.core.Waits.Len() }

@@ -175,8 +175,6 @@ type env struct {
 
 func sharedEnv(t *testing.T) *env { return &env{t: t, srv: redistest.Shared(t)} }
 
-// realEnv starts a dedicated redis-server, for tests that kill connections,
-// flush scripts or restart the server.
 // long skips a test that takes seconds (a failover, a fault that must
 // outlast leases, a cluster, a soak) unless DLOCK_LONG is set, so that the
 // README's test command stays quick; CI runs them in a step of their own
@@ -188,6 +186,8 @@ func long(t *testing.T) {
 	}
 }
 
+// realEnv starts a dedicated redis-server, for tests that kill connections,
+// flush scripts or restart the server.
 func realEnv(t *testing.T) *env { return &env{t: t, srv: redistest.Real(t)} }
 
 func (e *env) rdb(hooks ...redis.Hook) *redis.Client {

@@ -96,6 +96,9 @@ func (r *Registry) Leave(w *Waiter, acquired bool) {
 	}
 }
 
+// Len returns how many waiters are registered, on every channel.
+func (r *Registry) Len() int { return int(r.count.Load()) }
+
 // HandedToken returns the fencing token of the latest hand-over w was woken
 // for.
 func (r *Registry) HandedToken(w *Waiter) uint64 {
