@@ -66,6 +66,7 @@ type topic struct {
 	ps        *redis.PubSub // the subscription's PubSub: the shared one for classic
 	state     subState
 	gen       uint64        // counts the subscriptions asked for
+	sent      time.Time     // when generation gen was asked for; zero while it is being sent
 	confirmed chan struct{} // closed when generation gen is confirmed
 	gone      bool          // removed with its last waiter, or closed
 }
@@ -161,58 +162,84 @@ func (c *Client) leave(w *waiter) {
 	}
 }
 
-// subscribed returns when w's topic is subscribed and confirmed, subscribing
-// it first when no subscription is in effect or being made. A topic
-// confirmed already needs no new confirmation: the caller tries again
-// after joining it anyway. It waits for the confirmation as long as limit;
-// when that ends first, the next call asks for a new subscription.
+// subscribed returns when w's topic is subscribed and confirmed. It asks
+// for a subscription when none is in effect or being asked for, and follows
+// the one being asked for otherwise: a topic confirmed already needs no new
+// confirmation (the caller tries again after joining it anyway). A
+// subscription not confirmed within limit after it was sent is given up
+// (lapsed), and the call asks again, until limit after the first request
+// it saw sent; then it returns an error matching dlock.ErrUnavailable.
 func (c *Client) subscribed(ctx context.Context, op, name string, w *waiter, limit time.Duration) error {
 	s := &c.subs
 	t := w.t
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return errs.ClosedOp(op, name)
-	}
-	start := t.state == lapsed
-	var old *redis.PubSub
-	if start {
-		t.gen++
-		t.state = subscribing
-		t.confirmed = make(chan struct{})
-		if t.sharded {
-			old, t.ps = t.ps, nil // its messages are ignored from now on
-		}
-	}
-	gen, ok := t.gen, t.confirmed
-	s.mu.Unlock()
-	if old != nil {
-		_ = old.Close()
-	}
-	if start {
-		c.subscribe(t, gen)
-	}
+	var deadline time.Time // limit after the first request this call saw sent
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
-	select {
-	case <-ok:
-		// The caller tries next: a wake-up pending from before is spent.
-		select {
-		case <-w.wake:
-		default:
-		}
-		return nil
-	case <-ctx.Done():
-		return errs.NotObtained(op, name, ctx)
-	case <-c.closing:
-		return errs.ClosedOp(op, name)
-	case <-timer.C:
+	for {
 		s.mu.Lock()
-		if t.gen == gen && t.state == subscribing {
-			t.state = lapsed
+		if s.closed {
+			s.mu.Unlock()
+			return errs.ClosedOp(op, name)
 		}
+		now := time.Now()
+		next := limit // while a request is being sent, look again after limit
+		if t.state == subscribing && !t.sent.IsZero() {
+			if deadline.IsZero() {
+				deadline = t.sent.Add(limit)
+			}
+			if due := t.sent.Add(limit); now.Before(due) {
+				next = due.Sub(now)
+			} else {
+				t.state = lapsed // given up: every waiter may ask again
+				t.wakeLocked()
+			}
+		}
+		var old *redis.PubSub
+		start := false
+		switch {
+		case t.state == confirmed:
+			s.mu.Unlock()
+			// The caller tries next: a wake-up pending from before is spent.
+			select {
+			case <-w.wake:
+			default:
+			}
+			return nil
+		case !deadline.IsZero() && !now.Before(deadline):
+			s.mu.Unlock()
+			return errs.Op(op, name, "the subscription was not confirmed in time", dlock.ErrUnavailable)
+		case t.state == lapsed:
+			start = true
+			t.gen++
+			t.state = subscribing
+			t.sent = time.Time{}
+			t.confirmed = make(chan struct{})
+			if t.sharded {
+				old, t.ps = t.ps, nil // its messages are ignored from now on
+			}
+		}
+		if !deadline.IsZero() {
+			next = min(next, deadline.Sub(now))
+		}
+		gen, ok := t.gen, t.confirmed
 		s.mu.Unlock()
-		return errs.Op(op, name, "the subscription was not confirmed in time", dlock.ErrUnavailable)
+		if old != nil {
+			_ = old.Close()
+		}
+		if start {
+			c.subscribe(t, gen)
+			next = limit
+		}
+		timer.Reset(max(next, time.Millisecond))
+		select {
+		case <-ok:
+		case <-w.wake: // confirmed, given up or ended: look again
+		case <-timer.C:
+		case <-ctx.Done():
+			return errs.NotObtained(op, name, ctx)
+		case <-c.closing:
+			return errs.ClosedOp(op, name)
+		}
 	}
 }
 
@@ -233,6 +260,7 @@ func (c *Client) subscribe(t *topic, gen uint64) {
 			return
 		}
 		t.ps = ps
+		t.sent = time.Now()
 		s.dispatchLocked(c, ps)
 		s.mu.Unlock()
 		return
@@ -252,6 +280,11 @@ func (c *Client) subscribe(t *topic, gen uint64) {
 	t.ps = ps
 	s.mu.Unlock()
 	_ = ps.Subscribe(c.ctx, t.channel)
+	s.mu.Lock()
+	if t.gen == gen {
+		t.sent = time.Now()
+	}
+	s.mu.Unlock()
 }
 
 // dispatchLocked starts the goroutine that reads ps and fans its messages
@@ -308,6 +341,11 @@ func (s *subscriptions) event(ps *redis.PubSub, channel string, to subState) {
 	case lapsed:
 		t.state = lapsed
 	}
+	t.wakeLocked()
+}
+
+// wakeLocked wakes every waiter of t. subscriptions.mu is held.
+func (t *topic) wakeLocked() {
 	for w := range t.waiters {
 		select {
 		case w.wake <- struct{}{}:

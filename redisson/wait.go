@@ -56,11 +56,12 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 			return err
 		}
 		state := c.subs.state(w)
-		if state == lapsed {
-			// Where the channel's slot is served now may not be known yet:
-			// the try above met a MOVED, and the cluster client reloads its
-			// map meanwhile. Give a subscription a moment, and retry the
-			// whole step soon when it gets no confirmation.
+		if state != confirmed {
+			// Subscribe again, or wait for another call doing so. Where the
+			// channel's slot is served now may not be known yet: the try
+			// above met a MOVED, and the cluster client reloads its map
+			// meanwhile. Give a subscription a moment, and retry the whole
+			// step soon when it gets no confirmation.
 			err := c.subscribed(ctx, op, name, w, resubscribeWait)
 			switch {
 			case err == nil:
@@ -76,8 +77,6 @@ func (c *Client) await(ctx context.Context, op, name, channel string, recheck ti
 			wait = recheck
 		}
 		if state != confirmed {
-			// Another call's subscription is under way, or it failed:
-			// its confirmation wakes this call; its failure does not.
 			wait = min(wait, resubscribeWait)
 		}
 		t.Reset(max(wait, time.Millisecond))
