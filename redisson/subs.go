@@ -94,9 +94,7 @@ func (c *Client) join(ctx context.Context, op, name, channel string) (*waiter, e
 		return nil, errs.ClosedOp(op, name)
 	}
 	t := s.topics[channel]
-	if t == nil || t.sharded != sharded {
-		// t.sharded differs only if the kind changed under a topic, which
-		// a decided kind never does.
+	if t == nil { // the kind, once decided, never changes: a topic's is the Client's
 		t = &topic{channel: channel, sharded: sharded, waiters: make(map[*waiter]struct{})}
 		s.topics[channel] = t
 	}
@@ -119,7 +117,9 @@ func (c *Client) leave(w *waiter) {
 	}
 	if t.sharded {
 		t.gone = true
-		delete(s.topics, t.channel)
+		if s.topics[t.channel] == t {
+			delete(s.topics, t.channel)
+		}
 		ps := t.ps
 		t.ps = nil
 		s.mu.Unlock()
@@ -138,7 +138,9 @@ func (c *Client) leave(w *waiter) {
 		return
 	}
 	t.gone = true
-	delete(s.topics, t.channel)
+	if s.topics[t.channel] == t {
+		delete(s.topics, t.channel)
+	}
 	ps := t.ps
 	t.ps = nil
 	last := true

@@ -11,7 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/redisson"
 )
 
@@ -120,4 +123,51 @@ func TestClient_WaitersShareOneSubscription(t *testing.T) {
 	require.NoError(t, e.java.Unlock(ctx, "orders", 7))
 	require.NoError(t, recv(t, w, 10*time.Second).err)
 	require.NoError(t, l.Unlock(owner(ctx, "late")))
+}
+
+// Close ends the waiters of shared subscriptions, classic (one connection)
+// and sharded (one per channel), and every goroutine the Client started.
+func TestClient_Close_EndsSharedSubscriptions(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		mode  redisson.ShardedMode
+		conns int
+	}{
+		{"classic", redisson.ShardedOff, 1},
+		{"sharded", redisson.ShardedOn, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := redistest.Real(t)
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+			defer rdb.Close()
+			ctx := ctxT(t, 20*time.Second)
+			holder := redisson.New(rdb, redisson.WithShardedMode(tc.mode))
+			defer holder.Close()
+			for _, name := range []string{"a", "b"} {
+				require.NoError(t, holder.Lock(name).WithLease(20*time.Second).Lock(owner(ctx, "holder")))
+			}
+			ignore := goleak.IgnoreCurrent()
+			c := redisson.New(rdb, redisson.WithShardedMode(tc.mode))
+			const n = 10
+			var calls []<-chan timed
+			for _, name := range []string{"a", "b"} {
+				for i := range n {
+					calls = append(calls, result(func() error {
+						return c.Lock(name).Lock(owner(ctx, fmt.Sprintf("waiter-%d", i)))
+					}))
+				}
+			}
+			eventually(t, "every call waits", func() bool {
+				return redisson.WaitersOf(c, "redisson_lock__channel:{a}") == n &&
+					redisson.WaitersOf(c, "redisson_lock__channel:{b}") == n
+			})
+			eventually(t, "subscribed", func() bool { return pubsubConns(t, rdb) == tc.conns })
+			require.NoError(t, c.Close())
+			for _, r := range calls {
+				assert.ErrorIs(t, recv(t, r, 5*time.Second).err, dlock.ErrClosed)
+			}
+			goleak.VerifyNone(t, ignore)
+			eventually(t, "no pub/sub connection left", func() bool { return pubsubConns(t, rdb) == 0 })
+		})
+	}
 }
