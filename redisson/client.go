@@ -112,8 +112,9 @@ func (c *config) fail(err error) {
 // Client speaks Redisson's protocol on one Redis deployment. It holds the
 // client id, the renewal of watchdog holds (one goroutine, started with the
 // first such hold, batching up to 100 locks of one cluster slot per
-// script), and the choice of pub/sub kind. A Client is safe for concurrent
-// use. Close it when done.
+// script), the choice of pub/sub kind, and the subscriptions its blocked
+// calls share: one per channel, and one pub/sub connection for all classic
+// channels. A Client is safe for concurrent use. Close it when done.
 type Client struct {
 	rdb redis.UniversalClient
 	cfg config
@@ -132,6 +133,8 @@ type Client struct {
 	holds   map[holdKey]*hold
 	running bool          // the watchdog goroutine was started
 	done    chan struct{} // closed when the watchdog goroutine returns
+
+	subs subscriptions // shared by the waiting calls
 }
 
 // New returns a Client on rdb: a *redis.Client, *redis.ClusterClient or
@@ -159,6 +162,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Client {
 		holds:   make(map[holdKey]*hold),
 		done:    make(chan struct{}),
 	}
+	c.subs.topics = make(map[string]*topic)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	return c
 }
@@ -190,6 +194,7 @@ func (c *Client) Close() error {
 	for _, f := range ends {
 		f()
 	}
+	c.subs.close()
 	if running {
 		<-c.done
 	}

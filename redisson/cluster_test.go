@@ -59,6 +59,7 @@ func TestCluster(t *testing.T) {
 	t.Run("WatchdogRenewsLocksInManySlots", func(t *testing.T) { watchdogRenewsLocksInManySlots(t, rdb) })
 	t.Run("MismatchedKinds_ExcludeButDoNotWake", func(t *testing.T) { mismatchedKindsDoNotWake(t, rdb) })
 	t.Run("ShardedWaiterFollowsMigration", func(t *testing.T) { shardedWaiterFollowsMigration(t, rdb, addrs) })
+	t.Run("ShardedWaitersShareAndFollowMigration", func(t *testing.T) { shardedWaitersShareAndFollowMigration(t, rdb, addrs) })
 }
 
 // shardedAndClassicWakeBothWays: Go, with ShardedAuto on Redis 7 and with

@@ -1,0 +1,4 @@
+package redisson
+
+// WaitersOf returns how many of c's blocked calls wait on channel.
+func WaitersOf(c *Client, channel string) int { return c.waitersOf(channel) }
