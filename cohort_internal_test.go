@@ -60,7 +60,8 @@ func TestMutexCohort_LocalTimerRacesHandoff_LeavesNoPlaceInRedis(t *testing.T) {
 	srv := redistest.Start(t)
 	c := New(srv.NewClient(t))
 	defer c.Close()
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
 	short := c.Mutex(t.Name(), WithCohort(4, 20*time.Millisecond))
 	long := c.Mutex(t.Name(), WithCohort(4, time.Second))
 	subscribed(t, c, short)
@@ -75,10 +76,12 @@ func TestMutexCohort_LocalTimerRacesHandoff_LeavesNoPlaceInRedis(t *testing.T) {
 
 	longDone := make(chan error, 1)
 	go func() { longDone <- long.Lock(ctx) }() // queues in Redis: long holds nothing
-	time.Sleep(5 * time.Millisecond)
+	// It queues in Redis on its first try and joins the registry after the
+	// reply; it must be first in the registry too.
+	require.Eventually(t, func() bool { return c.core.Waits.Len() == 1 }, 5*time.Second, time.Millisecond)
 	shortDone := make(chan error, 1)
 	go func() { shortDone <- short.Lock(ctx) }() // waits locally: short holds
-	time.Sleep(5 * time.Millisecond)
+	require.Eventually(t, func() bool { return c.core.Waits.Len() == 2 }, 5*time.Second, time.Millisecond)
 	require.NoError(t, short.Unlock(ctx)) // hands the hold to long's waiter, first in line
 	require.NoError(t, <-longDone)
 	time.Sleep(40 * time.Millisecond)    // short's waiter's timer has fired; the hook holds it
