@@ -295,9 +295,14 @@ func opCtx() (context.Context, context.CancelFunc) {
 }
 
 // holdFor is how long a task keeps a hold: mostly short, now and then past
-// a renewal period, rarely past a lease.
+// a renewal period, rarely past a lease. A deaf worker (BreakLost) holds for
+// two to four leases, so that a partition that hits one of its holds leaves
+// it holding after the lock moved on: what the checkers must catch.
 func (t *task) holdFor() time.Duration {
 	lease := t.w.spec.Lease
+	if t.w.spec.BreakLost {
+		return 2*lease + time.Duration(t.rng.Int64N(int64(2*lease)))
+	}
 	switch r := t.rng.IntN(100); {
 	case r < 80:
 		return time.Duration(t.rng.IntN(20)) * time.Millisecond
