@@ -84,4 +84,4 @@ bad = queue_keys(Q, QE)
 if bad then
   return bad
 end
-return pass_on_reply(0, K, F, kind, counted, Q, QE, CH, from, v[4])
+return pass_on_reply(0, K, F, kind, Q, QE, CH, from, v[4])
