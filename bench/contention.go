@@ -88,6 +88,10 @@ type contClient interface {
 // besides the default Mutex's (-cont-cohort).
 var cohortBounds []int
 
+// contOnlyLibs, when set, are the only libraries whose rows the section runs
+// (-cont-libs).
+var contOnlyLibs []string
+
 // contEntries are the section's entries; masters, when given, are the
 // Redlock masters for the Redlock Mutex rows (dlock against redsync).
 func contEntries(masters []string) []contEntry {
@@ -426,6 +430,9 @@ func runContention(cc contConfig, addr string) *contResult {
 		defer stopMasters()
 	}
 	res := &contResult{cfg: cc, entryNames: contEntries(masters)}
+	if len(contOnlyLibs) > 0 {
+		res.entryNames = slices.DeleteFunc(res.entryNames, func(e contEntry) bool { return !slices.Contains(contOnlyLibs, e.lib) })
+	}
 	cal := calibrateSleep(cc.hold, 500)
 	res.sleepMean, res.sleepP50, res.sleepP99 = meanDur(cal), pct(cal, .5), pct(cal, .99)
 	spy, err := newSpy(addr)
