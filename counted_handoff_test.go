@@ -357,3 +357,47 @@ func TestCountedHandoff_RWMutexWriterAfterReaders_HandedClaimed(t *testing.T) {
 	err := b.RWMutex(n).Unlock(w2ctx)
 	assert.True(t, errors.Is(err, dlock.ErrNotHeld), "%v", err)
 }
+
+// A waiter whose Client died is handed the lock claimed like any other; the
+// hold lasts what remained of its waiting mark, and then the next waiter
+// gets the lock: nobody holds it past the dead waiter's mark, and nobody
+// else holds it before.
+func TestCountedHandoff_DeadWaiterFirst_HoldsOnlyUntilItsMarkEnds(t *testing.T) {
+	for _, k := range []struct {
+		countedKind
+		ghost string // the dead waiter's place
+	}{{countedKinds[0], "0:ghost.o.x"}, {countedKinds[1], "0:wghost.o.x"}} {
+		t.Run(k.name, func(t *testing.T) {
+			e := sharedEnv(t)
+			probe := e.rdb()
+			n := name(t)
+			ctx := ctxTimeout(t, 30*time.Second)
+			hctx, wctx := dlock.WithNewOwner(ctx), dlock.WithNewOwner(ctx)
+			// Short leases so the live waiter's fallback timer is short too.
+			holder := k.open(e.client(e.rdb(), dlock.WithWatchdogTimeout(time.Second)), n)
+			waiter := k.open(e.client(e.rdb(), dlock.WithWatchdogTimeout(time.Second)), n)
+			require.NoError(t, holder.Lock(hctx))
+			const ghostMark = 800 * time.Millisecond
+			addGhost(t, probe, n, strings.TrimPrefix(k.ghost, "0:"), ghostMark)
+			done := make(chan error, 1)
+			go func() { done <- waiter.Lock(wctx) }()
+			require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
+			released := time.Now()
+			require.NoError(t, holder.Unlock(hctx))
+			owner, count := countedHolder(t, ctx, e, n)
+			assert.Equal(t, "ghost.o.x", owner, "handed to the first in line")
+			assert.Equal(t, "1", count, "claimed")
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the live waiter did not acquire once the dead waiter's hold ran out")
+			}
+			waited := time.Since(released)
+			assert.Greater(t, waited, ghostMark/2, "exclusion holds while the dead waiter's hold lasts")
+			t.Logf("a dead waiter at the head held the lock up for %v (its mark had %v left)", waited, ghostMark)
+			require.NoError(t, waiter.Unlock(wctx))
+			assert.Empty(t, holderOf(t, probe, n))
+		})
+	}
+}
