@@ -94,15 +94,15 @@ func (r *ReentrantMutex) acquire(ctx context.Context, op string, block bool) (bo
 	if err != nil {
 		return false, err
 	}
-	return r.h.NewAcquisition(ctx, k, op, block, wait.As{Owner: k.Owner}).Run()
+	return k.NewAcquisition(ctx, op, block, true, wait.As{Owner: k.Owner}).Run()
 }
 
 // reentrantOps are the scripts of a ReentrantMutex: the exclusive lock's,
 // counted.
 type reentrantOps struct{ r *ReentrantMutex }
 
-func (o reentrantOps) TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
-	return o.r.x.Try(ctx, waiter, owner, 0, ttl, markTTL)
+func (o reentrantOps) TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
+	return o.r.x.Try(ctx, waiter, owner, 0, ttl, markTTL, known)
 }
 
 func (o reentrantOps) ServerCount(ctx context.Context, owner string) (int64, error) {
@@ -113,7 +113,9 @@ func (o reentrantOps) ReleaseScript(ctx context.Context, owner string) (int64, e
 	return o.r.x.Unlock(ctx, owner)
 }
 
-func (o reentrantOps) LeaveQueue(ctx context.Context, _, waiter string) { o.r.x.Cancel(ctx, waiter) }
+func (o reentrantOps) LeaveQueue(ctx context.Context, _, waiter string, known int64) {
+	o.r.x.CancelOwner(ctx, waiter, known)
+}
 
 // Unlock drops one of the owner's holds; the last one releases the lock and
 // wakes one waiter. One round trip.

@@ -89,7 +89,9 @@ func (rw *RWMutex) acquire(ctx context.Context, write bool, op string, block boo
 	if write {
 		kind = wire.KindWriter
 	}
-	return k.H.NewAcquisition(ctx, k, op, block, wait.As{Kind: kind, Owner: k.Owner}).Run()
+	// A writer takes a hand-over from its message; a reader is handed the
+	// lock unclaimed and claims it with a try.
+	return k.NewAcquisition(ctx, op, block, write, wait.As{Kind: kind, Owner: k.Owner}).Run()
 }
 
 // release drops one hold of a side of the lock.
@@ -250,13 +252,13 @@ type rwOps struct {
 	write bool
 }
 
-func (o rwOps) TryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration) (wire.Try, error) {
+func (o rwOps) TryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
 	rw := o.rw
-	s := scripts.RWTryRead
+	s, args := scripts.RWTryRead, []any{waiter, wire.Millis(ttl), wire.Millis(markTTL), rw.h.C.ID}
 	if o.write {
-		s = scripts.RWTryWrite
+		s, args = scripts.RWTryWrite, append(args, known)
 	}
-	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, waiter, wire.Millis(ttl), wire.Millis(markTTL), rw.h.C.ID).Slice()
+	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, args...).Slice()
 	if err != nil {
 		return wire.Try{}, err
 	}
@@ -279,17 +281,18 @@ func (o rwOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
 	return o.rw.run(ctx, s, owner)
 }
 
-// LeaveQueue withdraws the waiter, giving up a hand-over it has not claimed
-// and letting in whoever its leaving lets in. Best effort: a place left
-// behind expires with its mark.
-func (o rwOps) LeaveQueue(ctx context.Context, _, waiter string) {
-	_, _ = o.rw.run(ctx, scripts.RWCancel, waiter)
+// LeaveQueue withdraws the waiter, giving up a hand-over this Client has
+// not taken (a reader's unclaimed one; a writer's when known, the write
+// holds recorded for the owner, is 0) and letting in whoever its leaving
+// lets in. Best effort: a place left behind expires with its mark.
+func (o rwOps) LeaveQueue(ctx context.Context, _, waiter string, known int64) {
+	_, _ = o.rw.run(ctx, scripts.RWCancel, waiter, known)
 }
 
 // run runs one of the scripts that let waiters in, {n, owners, token, ttl},
 // and wakes the waiters of this Client it handed the lock to. It returns n.
-func (rw *RWMutex) run(ctx context.Context, s *redis.Script, arg string) (int64, error) {
-	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, arg, rw.h.C.ID).Slice()
+func (rw *RWMutex) run(ctx context.Context, s *redis.Script, arg string, more ...any) (int64, error) {
+	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, append([]any{arg, rw.h.C.ID}, more...)...).Slice()
 	if err != nil {
 		rw.h.WakeUnknown(err)
 		return 0, err

@@ -46,7 +46,8 @@ type Holder struct {
 	Client string
 	Lease  time.Duration // what its lease has left
 	// Count is how many times a counted hold (ReentrantMutex, RWMutex) was
-	// entered, 0 for one handed over and not yet claimed; a permit's
+	// entered (an RWMutex read hold: 0 for one handed over and not yet
+	// claimed); a permit's
 	// number of permits; 1 for a Mutex.
 	Count int
 	Read  bool // an RWMutex read hold

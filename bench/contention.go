@@ -39,7 +39,41 @@ type contEntry struct {
 	settings  string
 	open      func(addr string, cnt *rtCounter) (contClient, error)
 	elsewhere bool // its Redis servers are not the spy's (Redlock masters): no pub/sub counts
+	permits   int  // a semaphore's permits: that many may hold at once, and its bound is permits / hold; 0: a lock
 }
+
+// semPermits is the Semaphore row's number of permits.
+const semPermits = 2
+
+// semCont is one Client of the Semaphore row: each goroutine acquires and
+// releases one permit of a semaphore of semPermits.
+type semCont struct {
+	rdb *redis.Client
+	c   *dlock.Client
+	s   *dlock.Semaphore
+}
+
+type semWorker struct {
+	s *dlock.Semaphore
+	p *dlock.Permit
+}
+
+func (w *semWorker) Lock(ctx context.Context) (err error) {
+	w.p, err = w.s.Acquire(ctx, 1)
+	return err
+}
+
+func (w *semWorker) Unlock(ctx context.Context) error { return w.p.Release(ctx) }
+
+func (s *semCont) worker(key string) (context.Context, handle) {
+	if s.s == nil {
+		s.s = s.c.Semaphore(key)
+		_ = s.s.SetPermits(context.Background(), semPermits)
+	}
+	return context.Background(), &semWorker{s: s.s}
+}
+
+func (s *semCont) Close() { _ = s.c.Close(); _ = s.rdb.Close() }
 
 // contClient is one "process": one Client of the entry on its own Redis
 // client.
@@ -53,6 +87,10 @@ type contClient interface {
 // cohortBounds are the WithCohort bounds the section runs a row for
 // besides the default Mutex's (-cont-cohort).
 var cohortBounds []int
+
+// contOnlyLibs, when set, are the only libraries whose rows the section runs
+// (-cont-libs).
+var contOnlyLibs []string
 
 // contEntries are the section's entries; masters, when given, are the
 // Redlock masters for the Redlock Mutex rows (dlock against redsync).
@@ -77,6 +115,14 @@ func contEntries(masters []string) []contEntry {
 			settings: "one c.RWMutex(name) handle per Client, shared by its goroutines, Lock/Unlock (the write side) only; each goroutine with its own owner (dlock.WithNewOwner)",
 			open: func(addr string, cnt *rtCounter) (contClient, error) {
 				return newDlockCont(addr, cnt, func(c *dlock.Client, key string) handle { return c.RWMutex(key) }, true), nil
+			},
+		},
+		{
+			prim: fmt.Sprintf("Semaphore (%d permits)", semPermits), lib: "dlock", permits: semPermits,
+			settings: fmt.Sprintf("one c.Semaphore(name) handle per Client with SetPermits(%d); each goroutine Acquire(ctx, 1) and Permit.Release; its bound is %d / hold, and a violation is more than %d holders at once", semPermits, semPermits, semPermits),
+			open: func(addr string, cnt *rtCounter) (contClient, error) {
+				rdb := newCounted(addr, cnt)
+				return &semCont{rdb: rdb, c: dlock.New(rdb)}, nil
 			},
 		},
 	}
@@ -384,6 +430,9 @@ func runContention(cc contConfig, addr string) *contResult {
 		defer stopMasters()
 	}
 	res := &contResult{cfg: cc, entryNames: contEntries(masters)}
+	if len(contOnlyLibs) > 0 {
+		res.entryNames = slices.DeleteFunc(res.entryNames, func(e contEntry) bool { return !slices.Contains(contOnlyLibs, e.lib) })
+	}
 	cal := calibrateSleep(cc.hold, 500)
 	res.sleepMean, res.sleepP50, res.sleepP99 = meanDur(cal), pct(cal, .5), pct(cal, .99)
 	spy, err := newSpy(addr)
@@ -467,7 +516,7 @@ func contRound(e contEntry, addr, key string, c int, cc contConfig, spy *pubsubS
 				}
 				got := time.Now()
 				ph := phase.Load()
-				if inside.Add(1) != 1 {
+				if inside.Add(1) > int64(max(1, e.permits)) {
 					violations.Add(1)
 				}
 				t1 := time.Now()
@@ -566,8 +615,9 @@ func contTable(res *contResult) string {
 		acq := float64(max(1, r.acq))
 		bound, ratio := "-", "-"
 		if r.holdMean > 0 {
-			bound = fmt.Sprintf("%.0f", float64(time.Second)/float64(r.holdMean))
-			ratio = fmt.Sprintf("%.2f", r.rate()*r.holdMean.Seconds())
+			k := float64(max(1, e.permits))
+			bound = fmt.Sprintf("%.0f", k*float64(time.Second)/float64(r.holdMean))
+			ratio = fmt.Sprintf("%.2f", r.rate()*r.holdMean.Seconds()/k)
 		}
 		msgs := fmt.Sprintf("%.2f / %.2f", float64(r.published)/acq, float64(r.delivered)/acq)
 		if e.elsewhere {

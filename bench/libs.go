@@ -100,6 +100,24 @@ func libraries() []lib {
 				return &rueidisInst{l: l}, nil
 			},
 		},
+		{
+			name:     "rueidislock-1key",
+			settings: "rueidis/rueidislock v1.0.79 with KeyMajority 1 (one key per lock, as every other library here), otherwise defaults (validity 5s, client-side-caching wake-up); WithContext / cancel",
+			open: func(addr string, cnt *rtCounter) (instance, error) {
+				opt := rueidislock.LockerOption{
+					ClientOption: rueidis.ClientOption{InitAddress: []string{addr}},
+					KeyMajority:  1,
+				}
+				if cnt != nil {
+					opt.ClientBuilder = cnt.rueidisBuilder
+				}
+				l, err := rueidislock.NewLocker(opt)
+				if err != nil {
+					return nil, err
+				}
+				return &rueidisInst{l: l}, nil
+			},
+		},
 	}
 }
 

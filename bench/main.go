@@ -5,10 +5,13 @@
 //
 // `go run . -only contention` runs the contention section alone (C Clients x
 // G goroutines on one lock name; about a minute) and prints its table only,
-// writing nothing; -cont-cohort adds Mutex rows WithCohort other bounds.
-// `go run . -only handoff` runs the handoff section alone: a Mutex handoff to
-// a waiter on the same and on another Client, and a local (cohort) one,
-// against a PING sent after the same idle pause, interleaved in one run.
+// writing nothing; -cont-cohort adds Mutex rows WithCohort other bounds, and
+// -cont-libs dlock runs dlock's rows only (Mutex, ReentrantMutex, RWMutex
+// writers, Semaphore, Redlock). `go run . -only handoff` runs the handoff
+// section alone: handoffs to a waiter on the same and on another Client
+// (Mutex, ReentrantMutex, RWMutex writer; after a short and a 20ms hold), and
+// a local (cohort) one, against a PING sent after the same idle pause,
+// interleaved in one run. -cpuprofile writes a CPU profile of the run.
 package main
 
 import (
@@ -16,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -49,12 +53,24 @@ func main() {
 	flag.StringVar(&cfg.outDir, "out", ".", "directory for BENCHMARKS.md and benchmarks.png")
 	flag.StringVar(&cfg.only, "only", "", `run one section alone and print its table, writing nothing: "contention", "uncontended" (W1), "redlock" (W1 and W2 over 3 and 5 masters, against redsync) or "handoff" (Mutex handoff to a waiter on the same and another Client, against the PING-after-idle floor)`)
 	contClients := flag.String("cont-clients", "1,4,16", "contention: the numbers of Clients (processes) to run, comma-separated")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (this process: the bench and the libraries under test) to this file")
+	contLibs := flag.String("cont-libs", "", `contention: run only the rows of these libraries, comma-separated (e.g. "dlock"); default all`)
 	contCohort := flag.String("cont-cohort", "", "contention: WithCohort bounds (local handoffs) to run a Mutex row for besides the default's ("+strconv.Itoa(dlock.DefaultCohortHandoffs)+"), comma-separated")
 	flag.IntVar(&cfg.cont.goroutines, "cont-goroutines", 4, "contention: goroutines per Client")
 	flag.DurationVar(&cfg.cont.dur, "cont-dur", 0, "contention: measured duration of one run (default 3s, quick 600ms)")
 	flag.DurationVar(&cfg.cont.warmup, "cont-warmup", 0, "contention: warm-up before each run (default 500ms, quick 200ms)")
 	flag.DurationVar(&cfg.cont.hold, "cont-hold", time.Millisecond, "contention: hold (time.Sleep) per acquisition")
 	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fatal(err)
+		}
+		defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+	}
 	switch cfg.only {
 	case "", "contention", "uncontended", "redlock", "handoff":
 	default:
@@ -66,6 +82,10 @@ func main() {
 			fatal(fmt.Errorf("-cont-clients %q: want positive integers separated by commas", *contClients))
 		}
 		cfg.cont.clients = append(cfg.cont.clients, n)
+	}
+	contOnlyLibs = nil
+	if *contLibs != "" {
+		contOnlyLibs = strings.Split(*contLibs, ",")
 	}
 	cohortBounds = nil
 	for f := range strings.SplitSeq(*contCohort, ",") {

@@ -110,17 +110,20 @@ func w1Round(inst instance, prefix string, goroutines int, d time.Duration, eb *
 // the holder's Unlock returning to the waiter's Lock returning (negative when
 // the waiter learned first), and from the holder calling Unlock.
 func w2Round(holder, waiter instance, key string, k int, eb *errBox) (out, fromCall []time.Duration) {
-	fromCall, out = handoffRound(holder.Handle(key), waiter.Handle(key), k, eb, scriptClock{})
+	fromCall, out = handoffRound(holder.Handle(key), waiter.Handle(key), k, eb, scriptClock{}, 0)
 	return out, fromCall
 }
 
 // pingAfterIdle times PINGs sent after the idle pause W2's holder takes
 // before Unlock: the physical floor of a call made from idle on this machine.
-func pingAfterIdle(rdb *redis.Client, n int) []time.Duration {
+func pingAfterIdle(rdb *redis.Client, n int) []time.Duration { return pingAfterIdleFor(rdb, n, 0) }
+
+// pingAfterIdleFor is pingAfterIdle after an idle pause of idle (0: 3-5ms).
+func pingAfterIdleFor(rdb *redis.Client, n int, idle time.Duration) []time.Duration {
 	ctx := context.Background()
 	out := make([]time.Duration, 0, n)
 	for range n {
-		time.Sleep(3*time.Millisecond + rand.N(2*time.Millisecond))
+		time.Sleep(holdFor(idle))
 		t := time.Now()
 		if rdb.Ping(ctx).Err() == nil {
 			out = append(out, time.Since(t))
@@ -270,4 +273,12 @@ func w4Sem(c *dlock.Client, name string, permits, workers int, hold, d time.Dura
 		return c
 	})
 	return float64(n) / el.Seconds(), waits
+}
+
+// holdFor is a handoff round's hold, or idle pause: d, or 3-5ms for 0.
+func holdFor(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return 3*time.Millisecond + rand.N(2*time.Millisecond)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
@@ -15,8 +16,11 @@ import (
 // scripts.
 type CountedOps interface {
 	// TryScript runs the acquire script for owner, queueing as waiter when
-	// markTTL > 0 and the try is refused.
-	TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration) (wire.Try, error)
+	// markTTL > 0 and the try is refused. known is the holds this Core has
+	// recorded for the owner: a hold of the owner on the server that it
+	// has not recorded is a hand-over not taken yet, which the script
+	// claims (count 1) instead of re-entering.
+	TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration, known int64) (wire.Try, error)
 	// ServerCount reads the owner's hold count on the server.
 	ServerCount(ctx context.Context, owner string) (int64, error)
 	// ReleaseScript drops one of the owner's holds and wakes whom its
@@ -24,8 +28,10 @@ type CountedOps interface {
 	// held none).
 	ReleaseScript(ctx context.Context, owner string) (int64, error)
 	// LeaveQueue withdraws a waiting owner from the queue, passing on a lock
-	// handed to it that it has not claimed.
-	LeaveQueue(ctx context.Context, owner, waiter string)
+	// handed to it that this Core has not taken: known is the holds this
+	// Core has recorded for the owner (0: any hold of the owner is such a
+	// hand-over).
+	LeaveQueue(ctx context.Context, owner, waiter string, known int64)
 }
 
 // Counted is one owner's hold on one side of a counted primitive
@@ -51,19 +57,44 @@ type Counted struct {
 	MarkKey   string
 	MarkExtra []string
 	MarkSpec  wire.Spec
+	gated     bool // Try holds the owner's gate (Counted is one call's)
+}
+
+// NewAcquisition prepares an acquiring call of the owner, as waiter as: a
+// writer (Handed: true) takes a hand-over from its message alone, without
+// another try (see handed).
+func (k *Counted) NewAcquisition(ctx context.Context, op string, block, handed bool, as wait.As) *Acquisition {
+	a := k.H.NewAcquisition(ctx, k, op, block, as)
+	if handed {
+		a.As.Handed = func(token uint64) (bool, error) { return k.handed(a, token) }
+	}
+	return a
+}
+
+// known returns the holds this Core has recorded for the owner: 0 when it
+// tracks none, or only one already lost.
+func (k *Counted) known() int64 {
+	c := k.H.C
+	if l := c.HeldLease(k.HK); l != nil && c.WD.IsHeld(&l.Lease) {
+		return l.Count
+	}
+	return 0
 }
 
 // Try is one attempt of the owner's acquisition.
 func (k *Counted) Try(a *Acquisition) (bool, time.Duration, error) {
 	c := k.H.C
 	defer c.Gate(k.Gate)()
+	k.gated = true
+	defer func() { k.gated = false }()
 	markTTL := a.Sending()
-	r, err := k.Ops.TryScript(a.TryCtx(), k.Owner, k.Waiter, a.TTL, markTTL)
+	known := k.known()
+	r, err := k.Ops.TryScript(a.TryCtx(), k.Owner, k.Waiter, a.TTL, markTTL, known)
 	if err != nil {
 		if errs.OutcomeUnknown(err) {
 			k.reconcile(a.NC)
 			if markTTL > 0 {
-				k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter) // the lost reply may have queued the owner
+				k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter, k.known()) // the lost reply may have queued the owner
 			}
 		}
 		return false, 0, k.H.Fail(a.Op, err)
@@ -71,27 +102,61 @@ func (k *Counted) Try(a *Acquisition) (bool, time.Duration, error) {
 	if !r.Held {
 		return a.Refused(r.Holder, r.Left, markTTL > 0, r.Queued, k.MarkKey, k.MarkExtra, k.MarkSpec)
 	}
-	return a.Granted(func() error {
-		if r.Count == 1 {
-			if err := a.Fresh(); err != nil {
-				return err
-			}
+	return a.Granted(func() error { return k.keep(a, r.Count, r.Token) })
+}
+
+// keep records the owner's hold, count holds with token, granted on a's
+// last try or handed to it. A new hold (count 1) wakes the owner's other
+// waiters, which re-enter.
+func (k *Counted) keep(a *Acquisition, count int64, token uint64) error {
+	c := k.H.C
+	if count == 1 {
+		if err := a.Fresh(); err != nil {
+			return err
 		}
-		fresh := func() *lease.Hold {
-			l := a.NewHold(k.LeaseKey, wire.Spec{Kind: k.Spec, ID: k.Owner})
-			l.Extra, l.Token = k.Extra, r.Token
-			return l
-		}
-		if !c.TrackHold(k.HK, r.Count, fresh) {
-			return errs.ClosedOp(a.Op, k.H.Name)
-		}
-		if r.Count == 1 {
-			c.Waits.WakeOwner(k.H.Channel, k.Owner) // the owner's other waiters re-enter
-			telemetry.Annotate(a.Ctx, telemetry.AttrToken.Int64(int64(r.Token)))
-		}
-		telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(r.Count))
-		return nil
-	})
+	}
+	fresh := func() *lease.Hold {
+		l := a.NewHold(k.LeaseKey, wire.Spec{Kind: k.Spec, ID: k.Owner})
+		l.Extra, l.Token = k.Extra, token
+		return l
+	}
+	if !c.TrackHold(k.HK, count, fresh) {
+		return errs.ClosedOp(a.Op, k.H.Name)
+	}
+	if count == 1 {
+		c.Waits.Took(k.H.Channel, k.Owner, token)
+		telemetry.Annotate(a.Ctx, telemetry.AttrToken.Int64(int64(token)))
+	}
+	telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(count))
+	return nil
+}
+
+// handed takes a hand-over to the owner, with token, from its message
+// alone: the release made the owner the holder with count 1, its token and
+// what was left of its waiting mark as the lease (see HandedGrant for the
+// lease's clock). It runs under the owner's gate, so that no call of the
+// owner on this Core changes its hold meanwhile. It declines (a try then
+// follows) when the hand-over may not be the owner's to take any more: the
+// Core records a hold of the owner already (another call of it took the
+// hand-over: the try re-enters), or recorded a hold with this token or a
+// later one (another call took it and may have released it since: the
+// message is stale), or the grant's terms do not allow it (HandedGrant).
+//
+// A caller whose ctx ended does not take it, and does not give it back
+// either: it leaves, its wake-up passes to another waiter of the owner on
+// this Core if any (which claims the hand-over with a try), and else Leave
+// gives it back (CancelOwner with no hold recorded).
+func (k *Counted) handed(a *Acquisition, token uint64) (bool, error) {
+	c := k.H.C
+	defer c.Gate(k.Gate)()
+	if k.known() > 0 || c.Waits.Taken(k.H.Channel, k.Owner, token) || !a.HandedGrant() {
+		return false, nil
+	}
+	if a.Ctx.Err() != nil {
+		return false, errs.NotObtained(a.Op, k.H.Name, a.Ctx)
+	}
+	ok, _, err := a.Granted(func() error { return k.keep(a, 1, token) })
+	return ok, err
 }
 
 // GiveBack drops the grant the owner will not get.
@@ -99,10 +164,16 @@ func (k *Counted) GiveBack(a *Acquisition) { _, _ = k.Ops.ReleaseScript(a.NC, k.
 
 // Leave withdraws a waiting owner from the queue, unless another call of the
 // same owner on this Core still waits there: they share the owner's place.
+// A hand-over to the owner that no call of it took passes on.
 func (k *Counted) Leave(a *Acquisition) {
-	if !k.H.C.Waits.HasOwner(k.H.Channel, k.Owner) {
-		k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter)
+	c := k.H.C
+	if c.Waits.HasOwner(k.H.Channel, k.Owner) {
+		return
 	}
+	if !k.gated { // Refused calls Leave from within Try, which holds the gate
+		defer c.Gate(k.Gate)()
+	}
+	k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter, k.known())
 }
 
 // HolderCount reads owner's hold count from a primitive's main key, whose

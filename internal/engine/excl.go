@@ -38,10 +38,12 @@ func NewExcl(h *Handle, counted bool) *Excl {
 
 // Try runs excl_try for the waiter id, queued as waiter (with reserve
 // tokens reserved after its own: see wire.ExclWaiter): take, claim or
-// re-enter the lock, or, with markTTL > 0, queue.
-func (x *Excl) Try(ctx context.Context, waiter, id string, reserve int, ttl, markTTL time.Duration) (wire.Try, error) {
+// re-enter the lock, or, with markTTL > 0, queue. known is, for a counted
+// lock, the holds this Core has recorded for the owner id: a hold of id
+// that it has not recorded is a hand-over, which the try claims.
+func (x *Excl) Try(ctx context.Context, waiter, id string, reserve int, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
 	c := x.h.C
-	res, err := c.Script(ctx, scripts.ExclTry, x.keys, x.h.Kind, waiter, wire.Millis(ttl), wire.Millis(markTTL), c.ID, x.counted, id, reserve).Result()
+	res, err := c.Script(ctx, scripts.ExclTry, x.keys, x.h.Kind, waiter, wire.Millis(ttl), wire.Millis(markTTL), c.ID, x.counted, id, reserve, known).Result()
 	if err != nil {
 		return wire.Try{}, err
 	}
@@ -92,9 +94,14 @@ func (x *Excl) UnlockCohort(ctx context.Context, id string, drop, enqueue []stri
 
 // Cancel runs excl_cancel for a waiter that stops waiting: it passes on a
 // hand-over the waiter held, if any.
-func (x *Excl) Cancel(ctx context.Context, waiter string) {
+func (x *Excl) Cancel(ctx context.Context, waiter string) { x.CancelOwner(ctx, waiter, 0) }
+
+// CancelOwner is Cancel for a counted lock's owner, of whose holds this Core
+// has recorded known: with none recorded, a hold of the owner is a
+// hand-over nobody took, which passes on.
+func (x *Excl) CancelOwner(ctx context.Context, waiter string, known int64) {
 	c := x.h.C
-	res, err := c.Script(ctx, scripts.ExclCancel, x.keys, x.h.Kind, waiter, c.ID, x.counted).Slice()
+	res, err := c.Script(ctx, scripts.ExclCancel, x.keys, x.h.Kind, waiter, c.ID, x.counted, known).Slice()
 	if err != nil {
 		x.h.WakeUnknown(err)
 		return

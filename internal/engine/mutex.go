@@ -79,7 +79,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
 	m := t.m
 	markTTL := a.Sending()
-	r, err := m.x.Try(a.TryCtx(), t.waiter, t.id, t.reserve, a.TTL, markTTL)
+	r, err := m.x.Try(a.TryCtx(), t.waiter, t.id, t.reserve, a.TTL, markTTL, 0)
 	if err != nil {
 		return false, 0, t.unknownOutcome(a, err)
 	}

@@ -7,11 +7,15 @@
 -- ARGV[2]     the waiter: '<lease>:<id>'
 -- ARGV[3]     the Client's ID, for a grant message
 -- ARGV[4]     '1' for a counted kind, else '0'
+-- ARGV[5]     counted kinds: the holds the caller's Client has recorded for
+--             the owner (absent: 0)
 --
 -- Returns {0, ''} when the waiter held nothing, {1, ''} when it held a
 -- hand-over and the lock is now free, or {1, id, token, ttl} when the lock
--- went on to the waiter id (a lease of ttl ms). A counted owner that claimed the hand-over (count
--- above 0) keeps it.
+-- went on to the waiter id (a lease of ttl ms). A counted owner whose
+-- Client has recorded a hold (ARGV[5] > 0: it took the hand-over, or
+-- another call of the owner did) keeps it; one whose Client has recorded
+-- none holds only a hand-over that nobody took, which passes on.
 --#include excl_common.lua
 local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local kind, waiter, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
@@ -22,7 +26,7 @@ if bad then
 end
 redis.call('ZREM', Q, waiter)
 redis.call('ZREM', QE, waiter)
-if v[2] ~= id or counted and tonumber(v[3] or '0') > 0 then
+if v[2] ~= id or counted and tonumber(ARGV[5] or '0') > 0 then
   return {0, ''}
 end
-return pass_on_reply(1, K, F, kind, counted, Q, QE, CH, from, v[4])
+return pass_on_reply(1, K, F, kind, Q, QE, CH, from, v[4])

@@ -4,9 +4,7 @@
 -- A lock named n keeps these keys, all with the hash tag {n}:
 --   K   p{n}       hash  k: the kind ('mutex', 'reentrant_mutex', 'election')
 --                        o: the holder's ID; absent while the lock is free
---                        n: the holder's hold count (counted kinds); 0 for
---                           a lock handed to an owner that has not yet
---                           claimed it
+--                        n: the holder's hold count (counted kinds)
 --                        f: the fencing token of the current or last hold
 --                        x: tokens reserved after f (see Reservations)
 --                        q: '1' when Q may have members; absent only when
@@ -42,10 +40,14 @@
 -- Handoff: a release with live waiters queued does not free K. It makes the
 -- first waiter the holder at once, with a new fencing token, its fixed lease
 -- or else what remains of its waiting mark as the lease, and publishes
--- "<from>|1|g|<id>|<token>": a Mutex waiter learns it holds the lock from
+-- "<from>|1|g|<id>|<token>|<ttl>": the waiter learns it holds the lock from
 -- the message alone, without another round trip. So waiters are served in
 -- arrival order, across Clients. A release that hands the lock to a waiter
 -- of its own Client publishes nothing, as that Client wakes it directly.
+-- A counted kind hands it over claimed too (count 1): the holder's Client
+-- records the hold from the message, and a try or a cancel of that owner
+-- tells a hold the Client took from one it has not taken yet by the count
+-- the Client sends (its 'known' argument; see excl_try and excl_cancel).
 
 --#include lib.lua
 
@@ -92,11 +94,11 @@ end
 
 -- Make the first live waiter the holder of K (free, or the caller's to give
 -- away) and tell it so, unless it waits on Client from, the caller, which
--- wakes it itself. A counted kind hands it over unclaimed (count 0). last
--- is the highest token K knows of (see take). Returns the waiter's ID,
+-- wakes it itself. Every kind hands it over with count 1. last is the
+-- highest token K knows of (see take). Returns the waiter's ID,
 -- token and lease in ms, or nil when nobody waits (then K is unchanged).
 -- Call after purge.
-local function grant_first(K, F, kind, counted, Q, QE, CH, from, now, last)
+local function grant_first(K, F, kind, Q, QE, CH, from, now, last)
   while true do
     local first = redis.call('ZRANGE', Q, 0, 0)[1]
     if not first then
@@ -111,11 +113,7 @@ local function grant_first(K, F, kind, counted, Q, QE, CH, from, now, last)
       if lease > 0 and lease < ttl then
         ttl = lease
       end
-      local count = 1
-      if counted then
-        count = 0
-      end
-      local f = take(K, F, kind, id, ttl, last, count, reserve)
+      local f = take(K, F, kind, id, ttl, last, 1, reserve)
       if client_of(id) ~= from then
         redis.call('PUBLISH', CH, msg_handed(from, id, f, ttl))
       end
@@ -127,10 +125,10 @@ end
 -- The holder gives K up: hand it to the first live waiter, or else free it.
 -- fence is K's token (see known_fence). Returns the ID, token and lease of
 -- the waiter it went to, or nil.
-local function pass_on(K, F, kind, counted, Q, QE, CH, from, fence)
+local function pass_on(K, F, kind, Q, QE, CH, from, fence)
   local now = now_ms()
   purge(Q, QE, now)
-  local id, f, ttl = grant_first(K, F, kind, counted, Q, QE, CH, from, now, known_fence(K, fence))
+  local id, f, ttl = grant_first(K, F, kind, Q, QE, CH, from, now, known_fence(K, fence))
   if not id then
     free(K)
   end
@@ -140,12 +138,12 @@ end
 -- pass_on as a release script's reply: {code, id, token, ttl} when the lock
 -- went to the waiter id, else {code, ''}; an error reply, before anything
 -- changes, when the queue's keys are not zsets.
-local function pass_on_reply(code, K, F, kind, counted, Q, QE, CH, from, fence)
+local function pass_on_reply(code, K, F, kind, Q, QE, CH, from, fence)
   local bad = queue_keys(Q, QE)
   if bad then
     return bad
   end
-  local id, f, ttl = pass_on(K, F, kind, counted, Q, QE, CH, from, fence)
+  local id, f, ttl = pass_on(K, F, kind, Q, QE, CH, from, fence)
   if id then
     return {code, id, f, ttl}
   end

@@ -4,7 +4,8 @@
 -- KEYS[1..6]  K, Q, QE, F, RL (see excl_common.lua), and the channel
 -- ARGV[1]     the kind
 -- ARGV[2]     the Client's ID, for a grant message
--- ARGV[3]     '1' for a counted kind, else '0'
+-- ARGV[3]     '1' for a counted kind, else '0' (unused: every kind is
+--             handed over alike)
 --
 -- Returns {0, ''} when the lock was free (nothing changes), {1, ''} when it
 -- was released and is now free, or {1, id, token} when it went on to the
@@ -12,7 +13,7 @@
 -- changes.
 --#include excl_common.lua
 local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
-local kind, from, counted = ARGV[1], ARGV[2], ARGV[3] == '1'
+local kind, from = ARGV[1], ARGV[2]
 local v, bad = main_key(K, kind, 'o', 'f')
 if bad then
   return bad
@@ -20,4 +21,4 @@ end
 if not v[2] then
   return {0, ''}
 end
-return pass_on_reply(1, K, F, kind, counted, Q, QE, CH, from, v[3])
+return pass_on_reply(1, K, F, kind, Q, QE, CH, from, v[3])

@@ -11,6 +11,11 @@
 -- ARGV[7]     the waiter's ID, and
 -- ARGV[8]     its reservation ('0' for none), as ARGV[2] has them: the
 --             caller sends them apart so that the hot path parses nothing
+-- ARGV[9]     counted kinds: the holds the caller's Client has recorded for
+--             the owner (absent: 0). A hold of the owner that its Client
+--             has not recorded is a hand-over it has not taken yet (or one
+--             it forgot as lost): the try claims it, count 1, rather than
+--             re-entering it.
 --
 -- Returns held(count, token) (lib.lua) when the caller holds the lock:
 -- count is its hold count (1 for a new hold), token the hold's fencing
@@ -18,8 +23,8 @@
 -- standing for held(1, token) (a shorter reply costs the server less). It
 -- was free with nobody live queued ahead (a new token is issued), or a
 -- release had handed it to the caller (then the lease is reset to ARGV[3]),
--- or the caller holds it already (counted: count + 1, lease unchanged; else
--- the lease is reset). Otherwise returns busy(ms the holder's lease has
+-- or the caller holds it already (counted, with ARGV[9] > 0: count + 1,
+-- lease unchanged; else a claim: count 1, the lease reset). Otherwise returns busy(ms the holder's lease has
 -- left, the holder's ID, its token, 1 when this try queued the caller anew
 -- (it was not queued before) else 0) and, if ARGV[4] > 0, queues the caller
 -- (once) with its mark set to expire ARGV[4] ms from now. A free lock with
@@ -83,8 +88,7 @@ local function last()
   return carried or known_fence(K, fence)
 end
 if holder == id then
-  local n = tonumber(v[3] or '1')
-  if counted and n >= 1 then
+  if counted and tonumber(ARGV[9] or '0') > 0 then
     return held(redis.call('HINCRBY', K, 'n', 1), fence)
   end
   redis.call('HSET', K, 'n', 1) -- a hand-over claimed
@@ -104,7 +108,7 @@ purge(Q, QE, now)
 if not holder then
   local first = redis.call('ZRANGE', Q, 0, 0)[1]
   if first and first ~= waiter then
-    local to, f = grant_first(K, F, kind, counted, Q, QE, CH, from, now, last())
+    local to, f = grant_first(K, F, kind, Q, QE, CH, from, now, last())
     if to then
       holder, fence = to, f
     end

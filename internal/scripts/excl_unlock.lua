@@ -80,4 +80,4 @@ if redis.call('EXISTS', Q) == 0 then
   free(K)
   return {0, ''}
 end
-return pass_on_reply(0, K, F, kind, counted, Q, QE, CH, from, v[4])
+return pass_on_reply(0, K, F, kind, Q, QE, CH, from, v[4])

@@ -5,6 +5,9 @@
 -- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
 -- ARGV[1]     the waiter: '<lease>:<r|w><owner>'
 -- ARGV[2]     the Client's ID, for a grant message
+-- ARGV[3]     a writer: the write holds its Client has recorded for the
+--             owner (absent: 0); a write hold of the owner that its Client
+--             has not recorded is a hand-over nobody took, given up here
 --
 -- Returns {0, owners, token}: the owners the lock went to ('' for none),
 -- with the writer's token (or '').
@@ -19,8 +22,8 @@ end
 redis.call('ZREM', Q, waiter)
 redis.call('ZREM', QE, waiter)
 local after_writer = false
-if role == 'w' and v[2] == owner and tonumber(v[3] or '1') == 0 then
-  free_writer(W) -- handed, never claimed
+if role == 'w' and v[2] == owner and tonumber(ARGV[3] or '0') == 0 then
+  free_writer(W) -- handed, never taken
   after_writer = true
 elseif role == 'r' and redis.call('HGET', RC, owner) == '0' then
   redis.call('HDEL', RC, owner)

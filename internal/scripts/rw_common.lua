@@ -4,7 +4,7 @@
 -- An RWMutex named n keeps five keys, all with the hash tag {n}:
 --   W   p{n}      hash  k: 'rwlock'
 --                       o: the writer's owner ID; absent while nobody writes
---                       n: its write count (0: handed to it, not yet claimed)
+--                       n: its write count
 --                       f: the fencing token of the current or last write
 --   RL  p{n}:rl   zset  reader owner ID -> expiry of its read lease (server ms)
 --   RC  p{n}:rc   hash  reader owner ID -> read count (0: handed to it, not
@@ -25,8 +25,13 @@
 -- releases, every reader queued gets the lock at once, before the next
 -- writer, so writers cannot starve readers; when the last reader releases,
 -- the first writer queued gets it. A release that lets someone in hands the
--- lock over directly, and publishes '<from>|1|g|<owner,...>|<token>' unless
--- every owner it went to is on Client from, the caller.
+-- lock over directly, and publishes '<from>|1|g|<owner,...>|<token>|<ttl>'
+-- unless every owner it went to is on Client from, the caller. A writer is
+-- handed the lock claimed (write count 1): its Client records the hold from
+-- the message, and a write try or cancel of that owner tells a hold the
+-- Client took from one it has not taken yet by the count the Client sends
+-- (see rw_try_write, rw_cancel). Readers are handed it unclaimed (read
+-- count 0) and claim it with a try.
 
 --#include lib.lua
 
@@ -109,7 +114,7 @@ local function grant_readers(RL, RC, Q, QE, CH, from, now)
   return owners, longest
 end
 
--- Hand W to the first live writer queued (write count 0, unclaimed), with
+-- Hand W to the first live writer queued (write count 1, claimed), with
 -- the next fencing token after fence (W's, or nil: F's). Returns its owner
 -- and token, or nil.
 local function grant_writer(W, F, Q, QE, CH, from, now, fence)
@@ -121,7 +126,7 @@ local function grant_writer(W, F, Q, QE, CH, from, now, fence)
       redis.call('ZREM', QE, w)
       if ttl > 0 then
         local f = issue_fence(F, tonumber(fence))
-        redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 0, 'f', f)
+        redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 1, 'f', f)
         redis.call('PEXPIRE', W, ttl)
         announce(CH, from, {owner}, f, ttl)
         return owner, f, ttl

@@ -6,6 +6,9 @@
 -- ARGV[2]     the lease to apply in ms
 -- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
 -- ARGV[4]     the Client's ID, for a grant message
+-- ARGV[5]     the write holds the Client has recorded for the owner
+--             (absent: 0); a write hold it has not recorded is a hand-over
+--             not taken yet, which the try claims (count 1, lease reset)
 --
 -- Returns {write count, token} when the owner holds the write lock (a new
 -- hold gets a new fencing token; re-entry keeps it and the lease). An owner
@@ -35,7 +38,7 @@ if bad then
 end
 local holder, fence = v[2], v[4]
 if holder == owner then
-  if tonumber(v[3] or '1') >= 1 then
+  if tonumber(ARGV[5] or '0') > 0 then
     return held(redis.call('HINCRBY', W, 'n', 1), fence)
   end
   redis.call('HSET', W, 'n', 1) -- a hand-over claimed

@@ -23,11 +23,52 @@ type Registry struct {
 	byID   map[string]*Waiter
 	count  atomic.Int64 // waiters; written under mu, read without it on hot paths
 	closed bool
+	// taken and takenOld: by channel and owner, the token of the latest new
+	// counted hold this Client recorded (see Took). Two generations, each
+	// takenFor long: an entry lives between takenFor and twice that.
+	taken, takenOld map[string]uint64
+	takenSince      time.Time // when taken began
 }
+
+// takenFor is how long Took remembers a token at least: far longer than a
+// release message takes on its way from the script that published it.
+const takenFor = 10 * time.Second
 
 func (r *Registry) init() {
 	r.queues = make(map[string]*queue)
 	r.byID = make(map[string]*Waiter)
+	r.taken = make(map[string]uint64)
+}
+
+// Took records that this Client recorded a new hold of owner's on the
+// counted lock of channel, with token, and wakes the owner's waiters on it,
+// which can re-enter now. A hand-over message naming the owner with this
+// token or an earlier one may still be on its way; Taken then tells the
+// waiter it reaches that the hand-over is no longer there to take.
+func (r *Registry) Took(channel, owner string, token uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now := time.Now(); now.Sub(r.takenSince) > takenFor {
+		r.taken, r.takenOld, r.takenSince = make(map[string]uint64), r.taken, now
+	}
+	key := channel + "\x00" + owner
+	r.taken[key] = max(r.taken[key], token)
+	if q := r.queues[channel]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			if w.owner == owner {
+				w.signal(WakeLocal)
+			}
+		}
+	}
+}
+
+// Taken reports whether this Client recorded a hold of owner's on the lock
+// of channel with token or a later one, lately (see takenFor).
+func (r *Registry) Taken(channel, owner string, token uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := channel + "\x00" + owner
+	return token <= max(r.taken[key], r.takenOld[key])
 }
 
 // Has reports whether channel has local waiters.
@@ -42,7 +83,8 @@ func (r *Registry) Has(channel string) bool {
 
 // Join appends a waiter to channel's queue.
 func (r *Registry) Join(channel string, as As) (w *Waiter, err error) {
-	w = &Waiter{wake: make(chan Reason, 1), channel: channel, kind: as.Kind, id: as.ID, owner: as.Owner, cohort: as.Cohort, place: as.Place, local: as.Local}
+	w = &Waiter{wake: make(chan Reason, 1), channel: channel, kind: as.Kind, id: as.ID, owner: as.Owner, cohort: as.Cohort, place: as.Place, local: as.Local,
+		handed: as.Handed != nil}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -92,6 +134,17 @@ func (r *Registry) Leave(w *Waiter, acquired bool) {
 		return
 	}
 	if w.woken && !acquired {
+		// A counted owner's wake-up goes first to another waiter of the
+		// same owner: it may be a hand-over to the owner, which that
+		// waiter claims with a try.
+		if w.owner != "" {
+			for o := q.head; o != nil; o = o.next {
+				if o.owner == w.owner {
+					o.signal(WakeLocal)
+					return
+				}
+			}
+		}
 		r.wakeLocked(q, wire.Wake{N: 1, Kind: w.kind}, WakeLocal)
 	}
 }
@@ -154,9 +207,28 @@ func (r *Registry) Wake(channel string, spec wire.Wake, why Reason) int {
 				woke++
 				continue
 			}
-			// A lock handed to an owner wakes the owner's waiters, which
-			// claim it or re-enter.
+			// A lock handed to an owner wakes the owner's waiters. When the
+			// owner has one waiter here and it takes hand-overs (a writer:
+			// a reader's hand-over has no token), it takes this one from
+			// the message; otherwise they claim it or re-enter with a try.
+			// Waiters of one owner share one place in the queue, which
+			// marks of different leases may have renewed last, so only a
+			// lone waiter knows the hand-over's lease from its own mark.
 			if q := r.queues[channel]; q != nil && why == WakeHanded {
+				var lone *Waiter
+				n := 0
+				for w := q.head; w != nil; w = w.next {
+					if w.owner == id {
+						lone = w
+						n++
+					}
+				}
+				if n == 1 && lone.handed && spec.Fence > 0 {
+					lone.fence = spec.Fence
+					lone.signal(WakeHanded)
+					woke++
+					continue
+				}
 				for w := q.head; w != nil; w = w.next {
 					if w.owner == id {
 						w.signal(WakeLocal)
@@ -216,20 +288,6 @@ func (r *Registry) HasOwner(channel, owner string) bool {
 		}
 	}
 	return false
-}
-
-// WakeOwner wakes the waiters of channel that acquire for owner: once the
-// owner holds the lock, they can re-enter at once.
-func (r *Registry) WakeOwner(channel, owner string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if q := r.queues[channel]; q != nil {
-		for w := q.head; w != nil; w = w.next {
-			if w.owner == owner {
-				w.signal(WakeLocal)
-			}
-		}
-	}
 }
 
 func (r *Registry) wakeLocked(q *queue, spec wire.Wake, why Reason) int {

@@ -162,3 +162,68 @@ func TestWaitRegistry_WakeByIDWithoutTokenKeepsTheHandedToken(t *testing.T) {
 	assert.Equal(t, WakeHanded, got)
 	assert.Equal(t, uint64(42), r.HandedToken(w), "the hand-over's token")
 }
+
+func takesHanded(uint64) (bool, error) { return true, nil }
+
+func TestWaitRegistry_HandedToOwner_LoneWaiterTakesIt_SeveralClaimIt(t *testing.T) {
+	var r Registry
+	r.init()
+	lone, _ := r.Join("ch", As{Owner: "c.o.a", Handed: takesHanded})
+	other, _ := r.Join("ch", As{Owner: "c.o.z", Handed: takesHanded})
+	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"c.o.a"}, Fence: 42}, WakeLocal)
+	got, ok := pending(lone)
+	require.True(t, ok)
+	assert.Equal(t, WakeHanded, got, "the owner's lone waiter takes the hand-over from the message")
+	assert.EqualValues(t, 42, r.HandedToken(lone))
+	_, ok = pending(other)
+	assert.False(t, ok, "another owner's waiter is not woken")
+
+	// Two waiters of one owner share its place: neither can tell the
+	// hand-over's lease from its own mark, so both try (one claims, one
+	// re-enters).
+	second, _ := r.Join("ch", As{Owner: "c.o.a", Handed: takesHanded})
+	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"c.o.a"}, Fence: 43}, WakeLocal)
+	for _, w := range []*Waiter{lone, second} {
+		got, ok := pending(w)
+		require.True(t, ok)
+		assert.Equal(t, WakeLocal, got)
+	}
+
+	// A reader's hand-over (no token) is claimed with a try.
+	r.Leave(second, false)
+	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"c.o.a"}}, WakeLocal)
+	got, _ = pending(lone)
+	assert.Equal(t, WakeLocal, got)
+}
+
+func TestWaitRegistry_Took_MakesEarlierHandOversStale(t *testing.T) {
+	var r Registry
+	r.init()
+	w, _ := r.Join("ch", As{Owner: "c.o.a", Handed: takesHanded})
+	assert.False(t, r.Taken("ch", "c.o.a", 10))
+	r.Took("ch", "c.o.a", 10)
+	got, ok := pending(w)
+	require.True(t, ok, "the owner's waiters re-enter")
+	assert.Equal(t, WakeLocal, got)
+	assert.True(t, r.Taken("ch", "c.o.a", 10), "a hand-over with the token taken is stale")
+	assert.True(t, r.Taken("ch", "c.o.a", 9))
+	assert.False(t, r.Taken("ch", "c.o.a", 11), "a later hand-over is not")
+	assert.False(t, r.Taken("ch", "c.o.b", 10), "another owner's is not")
+	assert.False(t, r.Taken("other", "c.o.a", 10), "another lock's is not")
+}
+
+func TestWaitRegistry_OwnerWaiterLeavingWoken_PassesToTheSameOwner(t *testing.T) {
+	var r Registry
+	r.init()
+	w1, _ := r.Join("ch", As{Owner: "c.o.a"})
+	x, _ := r.Join("ch", As{Owner: "c.o.x"})
+	w2, _ := r.Join("ch", As{Owner: "c.o.a"})
+	r.Wake("ch", wire.WakeOne, WakeRelease) // the oldest: w1
+	_, ok := pending(w1)
+	require.True(t, ok)
+	r.Leave(w1, false)
+	_, ok = pending(w2)
+	assert.True(t, ok, "the owner's other waiter gets the wake-up: it may be a hand-over to the owner")
+	_, ok = pending(x)
+	assert.False(t, ok)
+}
