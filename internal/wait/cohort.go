@@ -33,11 +33,13 @@ func (r *Registry) EndCohort(channel, key string) (ws []*Waiter, places []string
 
 // WakeEnded wakes the waiters endCohort returned: queued, when the release
 // sent at sent queued them in Redis, so that they start their waiting
-// marks; else to try. It returns the places of those that left meanwhile
-// (their ctx ended), which the release queued after their own cancel may
-// have run: the caller must take them out of the queue, passing on a lock
-// handed to one. A waiter that leaves after this cancels after the release
-// has run, so its own cancel finds its place.
+// marks; else to try. It returns the places of those that gave up
+// meanwhile (their ctx ended), which the release queued after their own
+// cancel may have run: the caller must take them out of the queue, passing
+// on a lock handed to one. Never the place of one that left because it
+// acquired (its try found the lock handed to it): that cancel would pass on
+// a hold its owner keeps. A waiter that leaves after this cancels after the
+// release has run, so its own cancel finds its place.
 func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []string) {
 	if len(ws) == 0 {
 		return nil
@@ -46,7 +48,7 @@ func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []
 	defer r.mu.Unlock()
 	for _, w := range ws {
 		if w.left {
-			if queued {
+			if queued && w.gaveUp {
 				gone = append(gone, w.place)
 			}
 			continue

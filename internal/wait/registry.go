@@ -113,7 +113,7 @@ func (r *Registry) Join(channel string, as As) (w *Waiter, err error) {
 func (r *Registry) Leave(w *Waiter, acquired bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	w.left = true
+	w.left, w.gaveUp = true, !acquired
 	q := r.queues[w.channel]
 	if w.prev != nil {
 		w.prev.next = w.next

@@ -2,6 +2,7 @@ package wait
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -226,4 +227,22 @@ func TestWaitRegistry_OwnerWaiterLeavingWoken_PassesToTheSameOwner(t *testing.T)
 	assert.True(t, ok, "the owner's other waiter gets the wake-up: it may be a hand-over to the owner")
 	_, ok = pending(x)
 	assert.False(t, ok)
+}
+
+// A cohort's release queues the local waiters it took from the registry and
+// then takes out the places of those that gave up meanwhile. One that left
+// because it acquired (its own try found the lock handed to it) keeps its
+// hold: cancelling its place passed the lock on to the next waiter while it
+// held, two holders at once (TestMutexCohort_OtherClientServedWithinBound
+// saw tokens out of order, 3 runs in 30).
+func TestWaitRegistry_WakeEnded_GivesBackOnlyThePlacesOfWaitersThatGaveUp(t *testing.T) {
+	var r Registry
+	r.init()
+	acquired, err := r.Join("ch", As{ID: "A", Place: "0:A"})
+	require.NoError(t, err)
+	gaveUp, err := r.Join("ch", As{ID: "G", Place: "0:G"})
+	require.NoError(t, err)
+	r.Leave(acquired, true)
+	r.Leave(gaveUp, false)
+	assert.Equal(t, []string{"0:G"}, r.WakeEnded([]*Waiter{acquired, gaveUp}, true, time.Now()))
 }

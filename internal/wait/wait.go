@@ -67,6 +67,7 @@ type Waiter struct {
 	grant      *lease.Hold // a hold a local handoff gave it; guarded by waitRegistry.mu
 	queuedAt   time.Time   // when the release that queued it in Redis was sent; guarded by waitRegistry.mu
 	left       bool        // it left the registry; guarded by waitRegistry.mu
+	gaveUp     bool        // it left without acquiring; guarded by waitRegistry.mu
 	prev, next *Waiter
 }
 
