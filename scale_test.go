@@ -59,6 +59,7 @@ func TestScale_100kHolds_30sTimeout_NoneExpiresWhileHeld(t *testing.T) {
 }
 
 func TestScale_300kHolds_3sTimeout_NoneExpiresWhileHeld(t *testing.T) {
+	openDefect(t, "300,000 holds at a 3 s lease: since the fixed-rate renewals (c08864b), about 70% are lost while they are acquired")
 	runScale(t, scaleCase{holds: 300_000, timeout: 3 * time.Second, periods: 5})
 }
 
