@@ -52,3 +52,6 @@ func RedlockChannel(m *Mutex) string { return m.lk.(*redlock.Mutex).Channel() }
 
 // LocalWaiters is how many callers wait in c's registry of local waiters.
 func LocalWaiters(c *Client) int { return c.core.Waits.Len() }
+
+// RedlockWaiters is how many callers wait in r's registry of local waiters.
+func RedlockWaiters(r *Redlock) int { return r.r.Core.Waits.Len() }

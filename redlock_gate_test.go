@@ -178,6 +178,56 @@ func TestRedlock_Gate_LaggingGate_WaiterServedSoon(t *testing.T) {
 	contendedHandoffs(t, ctxTimeout(t, 60*time.Second), ma, mb, 5, 2*time.Second)
 }
 
+// The same lag without a gate: the holder's release reaches one master at
+// once and the other two 60 ms later, and the lone waiter hears that one
+// master 20 ms late and the others at once. Its woken try is refused by the
+// two lagging masters before the first one's grant comes in, and their own
+// messages for that release are ignored as already seen: the waiter must
+// look again soon, not sleep out the old holder's 30 s lease. (Seen in CI
+// as a lone waiter that waited 30 s under load.)
+func TestRedlock_LaggingMajority_LoneWaiterServedSoon(t *testing.T) {
+	srvs := masters(t, 3)
+	addrs := addrsOf(srvs)
+	n := name(t)
+	first := 0
+	proxy := func(i int, lag time.Duration) string {
+		p, err := faultnet.Start(addrs[i])
+		require.NoError(t, err)
+		t.Cleanup(p.Close)
+		p.SetLatency(lag, lag)
+		return p.Addr
+	}
+	holderAddrs, waiterAddrs := slices.Clone(addrs), slices.Clone(addrs)
+	for i := range addrs {
+		if i != first {
+			holderAddrs[i] = proxy(i, 30*time.Millisecond)
+		}
+	}
+	waiterAddrs[first] = proxy(first, 10*time.Millisecond)
+	b := redlockOn(t, waiterAddrs)
+	ma, mb := redlockOn(t, holderAddrs).Mutex(n), b.Mutex(n)
+	ctx := ctxTimeout(t, 20*time.Second)
+	for round := range 5 {
+		require.NoError(t, ma.Lock(ctx))
+		got := make(chan time.Time, 1)
+		go func() {
+			if err := mb.Lock(ctx); err == nil {
+				got <- time.Now()
+			}
+			close(got)
+		}()
+		require.Eventually(t, func() bool { return dlock.RedlockWaiters(b) == 1 }, 5*time.Second, time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // b's subscriptions are confirmed
+		released := time.Now()
+		require.NoError(t, ma.Unlock(ctx))
+		at, ok := <-got
+		require.True(t, ok, "round %d: b got the lock", round)
+		assert.Less(t, at.Sub(released), 2*time.Second, "round %d: b served soon after the release", round)
+		assert.False(t, dlock.RedlockContended(mb), "round %d: a lone waiter's tries are not gated", round)
+		require.NoError(t, mb.Unlock(ctx))
+	}
+}
+
 // Whether a handle contends follows what its tries meet: a lone waiter,
 // refused only by the holder it waits for, never goes to the gate (so it
 // holds in one round of requests); a waiter that loses the lock to another

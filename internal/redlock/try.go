@@ -285,11 +285,15 @@ func (rm *Mutex) attempt(ctx context.Context, op string, gated bool) (ok bool, l
 			// failed for want of masters, not because the lock is held.
 			return false, left, len(granted) > 0, h.Fail(op, fmt.Errorf("%w: %w", errNoQuorum, failed))
 		}
-		// A gate that refused for a holder whose release this Redlock has
-		// seen lags behind the masters that published it, and that release
-		// wakes nobody again: look again soon, as after a split vote, rather
-		// than at the end of the old holder's lease.
-		lagging := gate >= 0 && len(reps) == 1 && !reps[0].granted && reps[0].err == nil && r.released(reps[0].holder)
+		// A master (the gate, or any two that decided the try before the
+		// first one's grant came in) that refused for a holder whose release
+		// this Redlock has seen lags behind the master that published it,
+		// and that release wakes nobody again (it is applied once): look
+		// again soon, as after a split vote, rather than at the end of the
+		// old holder's lease.
+		lagging := slices.ContainsFunc(reps, func(rep reply) bool {
+			return !rep.granted && rep.err == nil && r.released(rep.holder)
+		})
 		return false, left, len(granted) > 0 || lagging, nil
 	}
 
