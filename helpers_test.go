@@ -186,16 +186,6 @@ func long(t *testing.T) {
 	}
 }
 
-// openDefect skips a test of a guarantee dlock does not yet keep reliably
-// (docs/design.md, Open work), unless DLOCK_OPEN_DEFECTS is set: it fails
-// now and then, and must not block CI until its defect is fixed.
-func openDefect(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("DLOCK_OPEN_DEFECTS") == "" {
-		t.Skip("an open defect (" + why + "): set DLOCK_OPEN_DEFECTS=1 to run it")
-	}
-}
-
 // realEnv starts a dedicated redis-server, for tests that kill connections,
 // flush scripts or restart the server.
 func realEnv(t *testing.T) *env { return &env{t: t, srv: redistest.Real(t)} }

@@ -59,7 +59,6 @@ func TestScale_100kHolds_30sTimeout_NoneExpiresWhileHeld(t *testing.T) {
 }
 
 func TestScale_300kHolds_3sTimeout_NoneExpiresWhileHeld(t *testing.T) {
-	openDefect(t, "300,000 holds at a 3 s lease: since the fixed-rate renewals (c08864b), about 70% are lost while they are acquired")
 	runScale(t, scaleCase{holds: 300_000, timeout: 3 * time.Second, periods: 5})
 }
 
@@ -105,9 +104,10 @@ func runScale(t *testing.T, sc scaleCase) {
 	// each gets a budget several times that, so that an overloaded server
 	// fails the test in bounded time rather than hanging it. (At 300k holds
 	// and a 3 s lease the renewals of the holds taken so far use most of
-	// the server while the rest are acquired: one CI run took 48 s for
-	// 229k of them.)
-	budget := 30*time.Second + time.Duration(sc.holds)*100*time.Microsecond
+	// the server while the rest are acquired: 50-64 s for all of them on
+	// 2026-11-26, with renewals at 1.08-1.11 per hold-period taking about
+	// 30 s of the server's 42-49 s.)
+	budget := 30*time.Second + time.Duration(sc.holds)*200*time.Microsecond
 
 	redisMemBefore := redisInfoInt(t, probe, "memory", "used_memory")
 	heapBefore := heapAlloc()

@@ -37,6 +37,7 @@ type Lease struct {
 	idx       int   // index in the deadline heap; -1 when out of it
 	releasing bool  // a release is in flight: a missing key is expected
 	renewing  int   // renewals of it queued or in flight
+	queued    bool  // a renewal of it waits in the chunk queue, not sent yet
 	next      int64 // the tick of the renewal schedule it is due at; entries for other ticks are stale
 	state     leaseState
 }

@@ -55,9 +55,11 @@ const (
 	// are per hash slot and the sender merges them per node (see
 	// renew_cluster.go): a chunk there fills as many calls as elsewhere.
 	renewKeysPerRound = renewCallsPerRound * RenewBatch
-	// renewSenders is how many renewal pipelines may be in flight at once.
-	renewSenders = 8
 )
+
+// renewSenders is how many renewal pipelines may be in flight at once (a
+// variable for tests).
+var renewSenders = 8
 
 // schedule puts l in the bucket of due's tick, and wakes the renewer if that
 // tick comes before the one it waits for. An entry of l in another bucket
@@ -150,7 +152,7 @@ func (w *Watchdog) dispatch() (time.Duration, bool) {
 	defer w.mu.Unlock()
 	now := w.mono(time.Now())
 	horizon := w.tickOf(now + int64(w.horizon))
-	var round []*Lease
+	var round, behind []*Lease
 	for t, ls := range w.due {
 		if t > horizon {
 			continue
@@ -161,11 +163,17 @@ func (w *Watchdog) dispatch() (time.Duration, bool) {
 			case l.state != leaseHeld || !l.renew || l.next != t:
 			case t > w.tickOf(now+int64(l.TTL/12)):
 				kept = append(kept, l) // not due within a quarter of its period yet
+			case l.queued:
+				// Its last renewal has not gone out yet: the senders are
+				// behind. That one will do; another would only add to the
+				// work they are behind on.
+				behind = append(behind, l)
 			default:
 				// A hold being released is renewed too: its release may take
 				// long (a slow network) or fail, and the renewal script renews
 				// nothing that is no longer ours.
 				l.renewing++
+				l.queued = true
 				round = append(round, l)
 			}
 		}
@@ -179,6 +187,9 @@ func (w *Watchdog) dispatch() (time.Duration, bool) {
 	// whenever this one's reply comes, so that a slow reply delays no other
 	// renewal (see period).
 	for _, l := range round {
+		w.schedule(l, now+w.period(l))
+	}
+	for _, l := range behind {
 		w.schedule(l, now+w.period(l))
 	}
 	calls := w.batches(round)
@@ -260,6 +271,11 @@ func (w *Watchdog) runSender() {
 			return
 		}
 		c := heap.Pop(&w.chunks).(*chunk)
+		for _, b := range c.calls {
+			for _, l := range b.Leases {
+				l.queued = false
+			}
+		}
 		w.mu.Unlock()
 		w.renewPipeline(c)
 	}
