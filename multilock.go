@@ -45,11 +45,31 @@ type MultiLock struct {
 // multiHold is one hold of the whole group.
 type multiHold struct {
 	tokens map[string]uint64
-	lost   chan struct{}   // closed when any member is lost
-	ctx    context.Context // cancelled when the group hold ends, with the cause
-	cancel context.CancelCauseFunc
+	lost   chan struct{} // closed when any member is lost
 	once   sync.Once
 	done   atomic.Bool // the group hold ended: a member's loss no longer counts
+
+	mu     sync.Mutex // a leaf: taken under a watchdog's mutex (a member's loss)
+	ended  bool       // the hold contexts were cancelled, with cause
+	cause  error
+	holdCs map[*context.CancelCauseFunc]struct{} // the live hold contexts' cancels
+}
+
+// cancelAll cancels the group's hold contexts with cause, once: the first
+// cause stays.
+func (g *multiHold) cancelAll(cause error) {
+	g.mu.Lock()
+	if g.ended {
+		g.mu.Unlock()
+		return
+	}
+	g.ended, g.cause = true, cause
+	cs := g.holdCs
+	g.holdCs = nil
+	g.mu.Unlock()
+	for c := range cs {
+		(*c)(cause)
+	}
 }
 
 // MultiLock returns a handle that holds the locks called names together.
@@ -179,13 +199,12 @@ func (ml *MultiLock) acquire(ctx context.Context, block bool) (bool, error) {
 }
 
 // keep records the group hold just taken, and watches each member's hold
-// so that the loss of one is the group's. The group's Lost closes, and its
-// context is cancelled, at the moment the member's Lost closes, on the same
-// goroutine: a member lost at its deadline makes the group lost at its
-// deadline too.
+// so that the loss of one is the group's. The group's hold contexts are
+// cancelled, and then its Lost closes, at the moment the member's Lost
+// closes, on the same goroutine: a member lost at its deadline makes the
+// group lost at its deadline too.
 func (ml *MultiLock) keep() {
 	g := &multiHold{tokens: make(map[string]uint64, len(ml.members)), lost: make(chan struct{})}
-	g.ctx, g.cancel = context.WithCancelCause(context.Background())
 	for _, m := range ml.members {
 		g.tokens[m.h.Name] = m.Token()
 		l := m.slot.Get()
@@ -194,8 +213,9 @@ func (ml *MultiLock) keep() {
 			if g.done.Load() {
 				return
 			}
+			// The hold contexts first: whoever Lost wakes finds them done.
+			g.cancelAll(fmt.Errorf("%w (member %q)", cause, name))
 			g.once.Do(func() { close(g.lost) })
-			g.cancel(fmt.Errorf("%w (member %q)", cause, name))
 		}
 		if l == nil || !m.h.C.WD.WhenLost(l, lostNow) {
 			lostNow(fmt.Errorf("%w: member ended before the group was held", ErrLost))
@@ -214,10 +234,10 @@ func (ml *MultiLock) keep() {
 // end ends the group hold with cause; a member lost later changes nothing.
 func (g *multiHold) end(cause error) {
 	g.done.Store(true)
+	g.cancelAll(cause)
 	if errors.Is(cause, ErrLost) {
 		g.once.Do(func() { close(g.lost) })
 	}
-	g.cancel(cause)
 }
 
 // Unlock releases every member, in reverse name order, each as Mutex.Unlock
@@ -262,9 +282,9 @@ func (ml *MultiLock) Lost() <-chan struct{} {
 
 // HoldContext returns a copy of parent that is cancelled when the group
 // hold ends: by Unlock, or by the loss of any member, in which case
-// context.Cause reports an error matching ErrLost that names the member.
-// Without a hold it is already cancelled, with cause ErrNotHeld. Call the
-// CancelFunc when done.
+// context.Cause reports an error matching ErrLost that names the member,
+// and it is cancelled before Lost closes. Without a hold it is already
+// cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
 func (ml *MultiLock) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	ml.mu.Lock()
@@ -274,9 +294,23 @@ func (ml *MultiLock) HoldContext(parent context.Context) (context.Context, conte
 		cancel(ErrNotHeld)
 		return ctx, func() {}
 	}
-	stop := context.AfterFunc(g.ctx, func() { cancel(context.Cause(g.ctx)) })
+	g.mu.Lock()
+	if g.ended {
+		cause := g.cause
+		g.mu.Unlock()
+		cancel(cause)
+		return ctx, func() { cancel(context.Canceled) }
+	}
+	if g.holdCs == nil {
+		g.holdCs = map[*context.CancelCauseFunc]struct{}{}
+	}
+	key := &cancel
+	g.holdCs[key] = struct{}{}
+	g.mu.Unlock()
 	return ctx, func() {
-		stop()
+		g.mu.Lock()
+		delete(g.holdCs, key)
+		g.mu.Unlock()
 		cancel(context.Canceled)
 	}
 }

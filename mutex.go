@@ -189,7 +189,8 @@ func (m *Mutex) Lost() <-chan struct{} {
 // hold ends: by Unlock, or by loss, in which case context.Cause reports an
 // error matching ErrLost. Work done under the lock should use it, so that it
 // stops when exclusion can no longer be promised. Without a hold the context
-// is already cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
+// is already cancelled, with cause ErrNotHeld. On a loss it is cancelled
+// before Lost closes. Call the CancelFunc when done.
 func (m *Mutex) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
 	return m.h.C.WD.HoldContext(parent, m.slot.Get())
 }

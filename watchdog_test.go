@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -200,4 +201,44 @@ func TestClient_Close_ReportsHoldsLost(t *testing.T) {
 	assert.ErrorIs(t, context.Cause(hctx), dlock.ErrClosed)
 	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrClosed)
 	assert.ErrorIs(t, m.Lock(ctx), dlock.ErrClosed)
+}
+
+// A hold context is cancelled before Lost closes, on the goroutine that
+// ends the hold: whoever Lost wakes finds it done, with the loss as its
+// cause. Before, it was cancelled one goroutine hop later, so a holder that
+// watched Lost and then its context could still find the context live.
+// For a Mutex and a MultiLock alike, each lost 20 times at its lease's end.
+func TestHoldContext_DoneBeforeLostCloses(t *testing.T) {
+	e := sharedEnv(t)
+	c := e.client(e.rdb())
+	ctx := ctxTimeout(t, 20*time.Second)
+	type held interface {
+		Lost() <-chan struct{}
+		HoldContext(context.Context) (context.Context, context.CancelFunc)
+	}
+	n := name(t)
+	for what, lock := range map[string]func(i int) (held, error){
+		"Mutex": func(i int) (held, error) {
+			m := c.Mutex(n+"-m-"+strconv.Itoa(i), dlock.WithLease(30*time.Millisecond))
+			return m, m.Lock(ctx)
+		},
+		"MultiLock": func(i int) (held, error) {
+			ml := c.MultiLock([]string{n + "-a-" + strconv.Itoa(i), n + "-b-" + strconv.Itoa(i)}, dlock.WithLease(30*time.Millisecond))
+			return ml, ml.Lock(ctx)
+		},
+	} {
+		for i := range 20 {
+			h, err := lock(i)
+			require.NoError(t, err)
+			hctx, stop := h.HoldContext(context.Background())
+			within(t, h.Lost(), 2*time.Second, what+" Lost")
+			select {
+			case <-hctx.Done():
+			default:
+				t.Fatalf("%s, round %d: Lost closed while the hold context was still live", what, i)
+			}
+			assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+			stop()
+		}
+	}
 }

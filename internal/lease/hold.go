@@ -88,12 +88,13 @@ type Hold struct {
 	Token  uint64      // the fencing token
 	Cohort CohortState // a Mutex WithCohort: its local handoffs (internal/engine/cohort.go)
 
-	// Guarded by the watchdog's mutex. lost and ctx are made on first use,
-	// since most holds never need them.
-	cause  error // why the hold ended, once it has
-	lost   chan struct{}
-	ctx    context.Context // cancelled when the hold ends, however it ends
-	cancel context.CancelCauseFunc
+	// Guarded by the watchdog's mutex. lost and holdCtxs are made on first
+	// use, since most holds never need them.
+	cause error // why the hold ended, once it has
+	lost  chan struct{}
+	// holdCtxs cancels the hold contexts made from it (HoldContext) when it
+	// ends, however it ends; each is taken out when its CancelFunc runs.
+	holdCtxs map[*context.CancelCauseFunc]struct{}
 	// onLost runs when the hold is lost, at the moment Lost closes, under
 	// the watchdog's mutex: it must only close channels or cancel contexts.
 	onLost []func(cause error)
@@ -119,8 +120,13 @@ func NewHold(ctx context.Context, name, kind, key string, spec wire.Spec, ttl ti
 
 func (l *Hold) ended(state leaseState, cause error) {
 	l.state, l.cause = state, cause
+	// Hold contexts and onLost before Lost closes: whoever Lost wakes finds
+	// them done.
+	for cancel := range l.holdCtxs {
+		(*cancel)(cause)
+	}
+	l.holdCtxs = nil
 	if state == leaseLost {
-		// Before Lost closes: whoever Lost wakes finds them done.
 		for _, f := range l.onLost {
 			f(cause)
 		}
@@ -129,9 +135,6 @@ func (l *Hold) ended(state leaseState, cause error) {
 		}
 	}
 	l.onLost = nil
-	if l.cancel != nil {
-		l.cancel(cause)
-	}
 }
 
 func (l *Hold) report(w *Watchdog, state leaseState, cause error) {
@@ -149,8 +152,9 @@ func (l *Hold) report(w *Watchdog, state leaseState, cause error) {
 }
 
 // HoldContext derives a context from parent that is cancelled when l ends,
-// with l's cause (ErrLost when lost). A nil l gives a context that is already
-// cancelled with cause ErrNotHeld.
+// with l's cause (ErrLost when lost): by the watchdog, on the goroutine
+// that ends l, before l's Lost channel closes. A nil l gives a context that
+// is already cancelled with cause ErrNotHeld.
 func (w *Watchdog) HoldContext(parent context.Context, l *Hold) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(parent)
 	if l == nil {
@@ -158,17 +162,22 @@ func (w *Watchdog) HoldContext(parent context.Context, l *Hold) (context.Context
 		return ctx, func() {}
 	}
 	w.mu.Lock()
-	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.Background())
-		if l.state != leaseHeld {
-			l.cancel(l.cause)
-		}
+	if l.state != leaseHeld {
+		cause := l.cause
+		w.mu.Unlock()
+		cancel(cause)
+		return ctx, func() { cancel(context.Canceled) }
 	}
-	hctx := l.ctx
+	if l.holdCtxs == nil {
+		l.holdCtxs = map[*context.CancelCauseFunc]struct{}{}
+	}
+	key := &cancel
+	l.holdCtxs[key] = struct{}{}
 	w.mu.Unlock()
-	stop := context.AfterFunc(hctx, func() { cancel(context.Cause(hctx)) })
 	return ctx, func() {
-		stop()
+		w.mu.Lock()
+		delete(l.holdCtxs, key)
+		w.mu.Unlock()
 		cancel(context.Canceled)
 	}
 }
