@@ -231,7 +231,7 @@ func (a *Acquisition) Refused(holder string, left time.Duration, queued, anew bo
 	return false, left, nil
 }
 
-// HandedGrant reports whether a hand-over message can be taken as the grant
+// handedGrant reports whether a hand-over message can be taken as the grant
 // without asking Redis again, and if so, sets the terms of the grant: the
 // handed lock's lease is what remained of the caller's mark, which the
 // watchdog renewed, so the hold's first deadline is the mark's, and it must
@@ -241,7 +241,7 @@ func (a *Acquisition) Refused(holder string, left time.Duration, queued, anew bo
 // late one for the earlier place, whose hold may have run out and gone to
 // someone else. So does every caller with WithSyncReplicas, whose claim is
 // followed by WAIT (see syncreplicas.go).
-func (a *Acquisition) HandedGrant() bool {
+func (a *Acquisition) handedGrant() bool {
 	if !a.renew || a.mark == nil || a.requeued || a.H.C.Cfg.Sync.Replicas > 0 {
 		return false
 	}

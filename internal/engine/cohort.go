@@ -80,7 +80,7 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	if w == nil {
 		return "", false
 	}
-	runtime.Gosched() // let the new holder run, as HandedTo does
+	runtime.Gosched() // let the new holder run, as handedTo does
 	return place, true
 }
 

@@ -213,9 +213,9 @@ func (c *Core) WaiterID() string {
 // random bits, which make the ID unique.
 func (c *Core) NewToken() string { return wire.HoldID(c.ID) }
 
-// WatchdogLease is the lease of holds the watchdog renews, in whole
+// watchdogLease is the lease of holds the watchdog renews, in whole
 // milliseconds.
-func (c *Core) WatchdogLease() time.Duration {
+func (c *Core) watchdogLease() time.Duration {
 	return time.Duration(wire.Millis(c.Cfg.Watchdog)) * time.Millisecond
 }
 

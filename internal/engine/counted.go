@@ -75,7 +75,7 @@ func (k *Counted) NewAcquisition(ctx context.Context, op string, block, handed b
 // tracks none, or only one already lost.
 func (k *Counted) known() int64 {
 	c := k.H.C
-	if l := c.HeldLease(k.HK); l != nil && c.WD.IsHeld(&l.Lease) {
+	if l := c.heldLease(k.HK); l != nil && c.WD.IsHeld(&l.Lease) {
 		return l.Count
 	}
 	return 0
@@ -84,7 +84,7 @@ func (k *Counted) known() int64 {
 // Try is one attempt of the owner's acquisition.
 func (k *Counted) Try(a *Acquisition) (bool, time.Duration, error) {
 	c := k.H.C
-	defer c.Gate(k.Gate)()
+	defer c.gate(k.Gate)()
 	k.gated = true
 	defer func() { k.gated = false }()
 	markTTL := a.Sending()
@@ -120,7 +120,7 @@ func (k *Counted) keep(a *Acquisition, count int64, token uint64) error {
 		l.Extra, l.Token = k.Extra, token
 		return l
 	}
-	if !c.TrackHold(k.HK, count, fresh) {
+	if !c.trackHold(k.HK, count, fresh) {
 		return errs.ClosedOp(a.Op, k.H.Name)
 	}
 	if count == 1 {
@@ -133,14 +133,14 @@ func (k *Counted) keep(a *Acquisition, count int64, token uint64) error {
 
 // handed takes a hand-over to the owner, with token, from its message
 // alone: the release made the owner the holder with count 1, its token and
-// what was left of its waiting mark as the lease (see HandedGrant for the
+// what was left of its waiting mark as the lease (see handedGrant for the
 // lease's clock). It runs under the owner's gate, so that no call of the
 // owner on this Core changes its hold meanwhile. It declines (a try then
 // follows) when the hand-over may not be the owner's to take any more: the
 // Core records a hold of the owner already (another call of it took the
 // hand-over: the try re-enters), or recorded a hold with this token or a
 // later one (another call took it and may have released it since: the
-// message is stale), or the grant's terms do not allow it (HandedGrant).
+// message is stale), or the grant's terms do not allow it (handedGrant).
 //
 // A caller whose ctx ended does not take it, and does not give it back
 // either: it leaves, its wake-up passes to another waiter of the owner on
@@ -148,8 +148,8 @@ func (k *Counted) keep(a *Acquisition, count int64, token uint64) error {
 // gives it back (CancelOwner with no hold recorded).
 func (k *Counted) handed(a *Acquisition, token uint64) (bool, error) {
 	c := k.H.C
-	defer c.Gate(k.Gate)()
-	if k.known() > 0 || c.Waits.Taken(k.H.Channel, k.Owner, token) || !a.HandedGrant() {
+	defer c.gate(k.Gate)()
+	if k.known() > 0 || c.Waits.Taken(k.H.Channel, k.Owner, token) || !a.handedGrant() {
 		return false, nil
 	}
 	if a.Ctx.Err() != nil {
@@ -171,7 +171,7 @@ func (k *Counted) Leave(a *Acquisition) {
 		return
 	}
 	if !k.gated { // Refused calls Leave from within Try, which holds the gate
-		defer c.Gate(k.Gate)()
+		defer c.gate(k.Gate)()
 	}
 	k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter, k.known())
 }
@@ -198,7 +198,7 @@ func (c *Core) HolderCount(ctx context.Context, key, owner string) (int64, error
 // can only come from that attempt.
 func (k *Counted) reconcile(ctx context.Context) {
 	var known int64
-	if l := k.H.C.HeldLease(k.HK); l != nil {
+	if l := k.H.C.heldLease(k.HK); l != nil {
 		known = l.Count
 	}
 	if cur, err := k.Ops.ServerCount(ctx, k.Owner); err == nil && cur == known+1 {
@@ -209,11 +209,11 @@ func (k *Counted) reconcile(ctx context.Context) {
 // Release drops one of the owner's holds (Unlock, RUnlock).
 func (k *Counted) Release(ctx context.Context, op string) error {
 	c := k.H.C
-	defer c.Gate(k.Gate)()
-	l := c.HeldLease(k.HK)
+	defer c.gate(k.Gate)()
+	l := c.heldLease(k.HK)
 	if l != nil {
 		if err := k.H.LostAlready(op, l); err != nil {
-			c.ForgetHold(k.HK, l)
+			c.forgetHold(k.HK, l)
 			return err
 		}
 	}
@@ -223,10 +223,10 @@ func (k *Counted) Release(ctx context.Context, op string) error {
 		err = k.H.Fail(op, err)
 	}
 	if err == nil && n <= 0 && l != nil {
-		c.ForgetHold(k.HK, l)
+		c.forgetHold(k.HK, l)
 	}
 	return k.H.SettleRelease(op, l, n, err, false)
 }
 
 // Hold returns the hold this Core tracks for the owner, or nil.
-func (k *Counted) Hold() *lease.Hold { return k.H.C.HeldLease(k.HK) }
+func (k *Counted) Hold() *lease.Hold { return k.H.C.heldLease(k.HK) }

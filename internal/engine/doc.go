@@ -28,8 +28,8 @@
 //
 // # Lock order
 //
-// An owner's gate (Core.Gate), then the hold table's lock, then the
-// watchdog's (TrackHold asks the watchdog under the table's lock). The
+// An owner's gate (Core.gate), then the hold table's lock, then the
+// watchdog's (trackHold asks the watchdog under the table's lock). The
 // wait registry's lock, then the watchdog's and a Slot's (a cohort's
 // local handoff, PickCohort's pick, runs under the registry's lock and
 // passes the hold on in the watchdog and the waiter's Slot). A Slot's lock

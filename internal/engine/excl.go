@@ -60,13 +60,13 @@ func (x *Excl) Try(ctx context.Context, waiter, id string, reserve int, ttl, mar
 // Unlock runs excl_unlock for the holder id: it returns the holds id has
 // left (0: released; -1: it held none).
 func (x *Excl) Unlock(ctx context.Context, id string) (int64, error) {
-	return x.UnlockCohort(ctx, id, nil, nil)
+	return x.unlockCohort(ctx, id, nil, nil)
 }
 
-// UnlockCohort is Unlock for the end of a cohort (cohort.go): it drops the
+// unlockCohort is Unlock for the end of a cohort (cohort.go): it drops the
 // queue places of drop first, and queues those of enqueue, in order, before
 // the lock passes on.
-func (x *Excl) UnlockCohort(ctx context.Context, id string, drop, enqueue []string) (int64, error) {
+func (x *Excl) unlockCohort(ctx context.Context, id string, drop, enqueue []string) (int64, error) {
 	c := x.h.C
 	args := []any{x.h.Kind, id, c.ID, x.counted}
 	if len(drop)+len(enqueue) > 0 {
@@ -113,7 +113,7 @@ func (x *Excl) CancelOwner(ctx context.Context, waiter string, known int64) {
 // to under id, with its fencing token and lease.
 func (x *Excl) handedTo(id string, token uint64, ttl time.Duration) {
 	if id != "" {
-		x.h.HandedTo([]string{id}, token, ttl)
+		x.h.handedTo([]string{id}, token, ttl)
 	}
 }
 

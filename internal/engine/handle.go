@@ -99,7 +99,7 @@ func (h *Handle) Terms() (time.Duration, bool) {
 	case h.Renewed > 0:
 		return time.Duration(wire.Millis(h.Renewed)) * time.Millisecond, true
 	}
-	return h.C.WatchdogLease(), true
+	return h.C.watchdogLease(), true
 }
 
 // MarkLease is the lease of the waiting marks of callers queued through h:
@@ -127,7 +127,7 @@ func (h *Handle) WakeUnknown(err error) {
 	}
 }
 
-// HandedTo wakes the waiters of this Core that a script handed the
+// handedTo wakes the waiters of this Core that a script handed the
 // primitive to, under the holder IDs given (others are another Client's,
 // which the script's message reaches, and name no waiter here), with the
 // hold's fencing token, and tells this Core's other waiters on it when the
@@ -137,7 +137,7 @@ func (h *Handle) WakeUnknown(err error) {
 // Having woken one, the caller yields its processor, as sync.Mutex does when
 // it hands over in starvation mode: the new holder, not the old one, should
 // run next.
-func (h *Handle) HandedTo(ids []string, token uint64, ttl time.Duration) {
+func (h *Handle) handedTo(ids []string, token uint64, ttl time.Duration) {
 	if h.C.Waits.Wake(h.Channel, wire.Wake{Kind: wire.KindHanded, IDs: ids, Fence: token, TTL: ttl}, wait.WakeLocal) > 0 {
 		runtime.Gosched()
 	}

@@ -33,15 +33,15 @@ func (t *holdTable) init() {
 // HoldKey is the key of an owner's hold on a lock in the hold table.
 func HoldKey(key, owner string) string { return key + "\x00" + owner }
 
-// HeldLease returns the hold this Core tracks for hk, or nil.
-func (c *Core) HeldLease(hk string) *lease.Hold {
+// heldLease returns the hold this Core tracks for hk, or nil.
+func (c *Core) heldLease(hk string) *lease.Hold {
 	c.holds.mu.Lock()
 	defer c.holds.mu.Unlock()
 	return c.holds.holds[hk]
 }
 
-// ForgetHold stops tracking l under hk, if it is still the one tracked.
-func (c *Core) ForgetHold(hk string, l *lease.Hold) {
+// forgetHold stops tracking l under hk, if it is still the one tracked.
+func (c *Core) forgetHold(hk string, l *lease.Hold) {
 	c.holds.mu.Lock()
 	if c.holds.holds[hk] == l {
 		delete(c.holds.holds, hk)
@@ -49,11 +49,11 @@ func (c *Core) ForgetHold(hk string, l *lease.Hold) {
 	c.holds.mu.Unlock()
 }
 
-// TrackHold records that the server now counts n holds for hk. A first hold
+// trackHold records that the server now counts n holds for hk. A first hold
 // (n == 1) gets the hold fresh makes; a re-entry updates the count. It
 // returns false when the Core closed meanwhile: the caller must give the
 // hold back.
-func (c *Core) TrackHold(hk string, n int64, fresh func() *lease.Hold) bool {
+func (c *Core) trackHold(hk string, n int64, fresh func() *lease.Hold) bool {
 	t := &c.holds
 	t.mu.Lock()
 	old := t.holds[hk]
@@ -74,7 +74,7 @@ func (c *Core) TrackHold(hk string, n int64, fresh func() *lease.Hold) bool {
 	if !c.WD.Add(&l.Lease) {
 		// Closed: nothing keeps the hold. Forget it, so that Lost and
 		// HoldContext do not report a hold that nothing keeps.
-		c.ForgetHold(hk, l)
+		c.forgetHold(hk, l)
 		return false
 	}
 	return true
@@ -104,7 +104,7 @@ type ownerGate struct {
 }
 
 // Gate locks the gate called name and returns its unlock.
-func (c *Core) Gate(name string) (unlock func()) {
+func (c *Core) gate(name string) (unlock func()) {
 	t := &c.holds
 	t.mu.Lock()
 	g := t.gates[name]

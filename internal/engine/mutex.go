@@ -67,7 +67,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 	}
 	a.As.Handed = func(token uint64) (bool, error) {
 		// A hand-over always names its token; without one, ask Redis.
-		if token == 0 || !a.HandedGrant() {
+		if token == 0 || !a.handedGrant() {
 			return false, nil
 		}
 		ok, _, err := a.Granted(func() error { return t.keep(a, token) })
@@ -161,7 +161,7 @@ func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 	}
 	m.h.BeginRelease(l)
 	sent := time.Now()
-	remaining, err := m.x.UnlockCohort(Detach(ctx), l.Spec.ID, l.Cohort.Served, enqueue)
+	remaining, err := m.x.unlockCohort(Detach(ctx), l.Spec.ID, l.Cohort.Served, enqueue)
 	if len(local) > 0 {
 		// The script queued them only if l still held the lock.
 		for _, place := range c.Waits.WakeEnded(local, err == nil && remaining == 0, sent) {

@@ -86,7 +86,7 @@ func (h *Handle) SettleHandover(res []any) (int64, error) {
 	s, _ := res[2].(string)
 	token, _ := strconv.ParseUint(s, 10, 64)
 	ms, _ := res[3].(int64)
-	h.HandedTo(strings.Split(next, ","), token, time.Duration(ms)*time.Millisecond)
+	h.handedTo(strings.Split(next, ","), token, time.Duration(ms)*time.Millisecond)
 	return n, nil
 }
 

@@ -18,7 +18,7 @@ import (
 // the lifecycle (Acquisition.Granted) keeps a grant only when WAIT counted
 // enough replicas. A grant that a release wrote, from another connection, is
 // claimed with a try instead of taken from the release message
-// (Acquisition.HandedGrant): the claim writes after the hand-over, and since
+// (Acquisition.handedGrant): the claim writes after the hand-over, and since
 // a replica applies the master's writes in order, a WAIT that covers the
 // claim covers the hand-over too.
 

@@ -69,7 +69,7 @@ func (rm *Mutex) abandon(id string) {
 // NewMutex returns the engine of the Mutex whose handle is h (made by
 // r.Core.NewHandle) and whose current hold is in slot.
 func (r *Redlock) NewMutex(h *engine.Handle, slot *engine.Slot) *Mutex {
-	return &Mutex{r: r, h: h, slot: slot, keys: Keys(h.Key), gate: gateOf(r.nodes, h.Key)}
+	return &Mutex{r: r, h: h, slot: slot, keys: keysOf(h.Key), gate: gateOf(r.nodes, h.Key)}
 }
 
 // HandsOver is false: ReleaseRef and ExtendRef act on one Redis, not on a

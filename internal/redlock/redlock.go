@@ -217,9 +217,9 @@ func (n *master) run(ctx context.Context, keys []string, args ...any) *redis.Cmd
 	return n.co.Run(ctx, scripts.Redlock, keys, args...)
 }
 
-// Keys returns the keys of a Redlock Mutex whose main key is key: K, F
+// keysOf returns the keys of a Redlock Mutex whose main key is key: K, F
 // and CH of internal/scripts/redlock.lua.
-func Keys(key string) []string {
+func keysOf(key string) []string {
 	return []string{key, key + redlockFenceSuffix, key + redlockChannelSuffix}
 }
 

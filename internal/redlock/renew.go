@@ -135,7 +135,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease.Lease) {
 	}
 	nctx, cancel := context.WithTimeout(ctx, nodeTimeout(l.TTL))
 	defer cancel()
-	res, err := r.nodes[node].run(nctx, Keys(l.Key), "r", h.Kind, l.Spec.ID, wire.Millis(l.TTL), strconv.FormatUint(h.Token, 10), fenceTTL(l.TTL)).Result()
+	res, err := r.nodes[node].run(nctx, keysOf(l.Key), "r", h.Kind, l.Spec.ID, wire.Millis(l.TTL), strconv.FormatUint(h.Token, 10), fenceTTL(l.TTL)).Result()
 	if err == nil {
 		if t, derr := wire.DecodeTry(res); derr == nil && !t.Held {
 			return // refused: the key is someone else's
@@ -151,7 +151,7 @@ func (r *Redlock) reacquire(ctx context.Context, node int, l *lease.Lease) {
 func (r *Redlock) releaseLease(ctx context.Context, node int, l *lease.Lease) {
 	nctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), nodeTimeout(l.TTL))
 	defer cancel()
-	_ = r.nodes[node].run(nctx, Keys(l.Key), "u", telemetry.KindMutex, l.Spec.ID, 0, "0", r.Core.ID).Err()
+	_ = r.nodes[node].run(nctx, keysOf(l.Key), "u", telemetry.KindMutex, l.Spec.ID, 0, "0", r.Core.ID).Err()
 }
 
 // renewOn runs the renewal calls on one master, in one pipeline (a second
