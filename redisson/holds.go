@@ -159,8 +159,10 @@ func (c *Client) loseName(name string, kinds ...holdKind) {
 	}
 }
 
-// endLocked ends h: a nil cause is a release, any other a loss. It returns
-// what must run after Client.mu is released (the hold contexts' cancels).
+// endLocked ends h: a nil cause is a release, any other a loss. Its hold
+// contexts are cancelled first, then Lost closes (a loss), so that whoever
+// Lost wakes finds them done. It returns what must run after Client.mu is
+// released (telemetry).
 func (c *Client) endLocked(h *hold, cause error) func() {
 	if h.ended {
 		return func() {}
@@ -174,22 +176,23 @@ func (c *Client) endLocked(h *hold, cause error) func() {
 	}
 	if cause != nil {
 		h.cause = cause
-		close(h.lost)
 	} else {
 		h.cause = errs.Op("unlock", h.key.name, "released", dlock.ErrNotHeld)
 	}
-	fs := h.onEnd
+	for _, cancel := range h.onEnd {
+		cancel(h.cause)
+	}
 	h.onEnd = nil
-	why, kind, name, since := h.cause, h.key.kind.String(), h.key.name, h.since
+	if cause != nil {
+		close(h.lost)
+	}
+	kind, name, since := h.key.kind.String(), h.key.name, h.since
 	return func() {
 		if cause != nil {
 			c.tel.HoldEnded(kind, name, since, telemetry.ResultLost)
 			c.tel.HoldLost(kind, name, trace.SpanContext{}, cause)
 		} else {
 			c.tel.HoldEnded(kind, name, since, telemetry.ResultReleased)
-		}
-		for _, f := range fs {
-			f(why)
 		}
 	}
 }

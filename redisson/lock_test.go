@@ -2,6 +2,7 @@ package redisson_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -497,4 +498,34 @@ func TestLock_RedisDown_ErrorsNotPanics_AndHoldsAreLost(t *testing.T) {
 		t.Fatal("renewals failing for a whole lease did not report the hold lost")
 	}
 	assert.Error(t, l.Unlock(ctx))
+}
+
+// A hold context is cancelled before Lost closes: whoever Lost wakes finds
+// it done, with the loss as its cause. Before, the cancels ran after the
+// Client's lock was released, once Lost had closed. Lost 20 times at the
+// lease's end.
+func TestLock_HoldContext_DoneBeforeLostCloses(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 0)
+	ctx := ctxT(t, 20*time.Second)
+	g := owner(ctx, "job-1")
+	for i := range 20 {
+		l := e.go_.Lock("orders-" + strconv.Itoa(i)).WithLease(30 * time.Millisecond)
+		require.NoError(t, l.Lock(g))
+		lost := l.Lost(g)
+		require.NotNil(t, lost)
+		hctx, cancel := l.HoldContext(g)
+		select {
+		case <-lost:
+		case <-time.After(2 * time.Second):
+			t.Fatal("Lost did not fire when the lease ran out")
+		}
+		select {
+		case <-hctx.Done():
+		default:
+			t.Fatalf("round %d: Lost closed while the hold context was still live", i)
+		}
+		assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+		cancel()
+	}
 }
