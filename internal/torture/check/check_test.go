@@ -809,3 +809,22 @@ func TestReentrantReenteredAfterFalseLost(t *testing.T) {
 	wantViolation(t, rep, Linearizability, "reentrant")
 	wantViolation(t, rep, LostBeforeAcquired, "o1", "o3")
 }
+
+// A release of unknown outcome whose call came before a data loss: the
+// release may have ended the hold at any moment from its call, not only
+// from the fault. Seed 1128's 31-minute run: a MultiLock's Unlock released
+// two members, which two waiters then held, and Redis was killed before it
+// reached the third; its outcome was unknown (EOF), and the model ended the
+// hold at the kill, after those waiters held: two false violations.
+func TestInfoReleaseBeforeDataLoss(t *testing.T) {
+	h := newHist()
+	h.op(0, 0, 1, history.OK, history.Event{Prim: history.MultiLock, F: history.Lock, Names: []string{"a", "b"}, Holder: "h1",
+		Toks: map[string]uint64{"a": 1, "b": 2}})
+	h.lock(1, 0.5, 3.1, history.Mutex, "b", "h2", 3) // waits; held after h1's release of b
+	h.op(0, 3, 3.5, history.Info, history.Event{Prim: history.MultiLock, F: history.Unlock, Names: []string{"a", "b"}, Holder: "h1"})
+	h.nem(3.2, history.KillRedis, "")
+	h.nem(3.4, history.RestartRedis, "")
+	h.unlock(1, 5, 5.5, history.Info, history.Mutex, "b", "h2")
+	rep := check(t, h)
+	wantOK(t, rep, Linearizability, LostBeforeAcquired)
+}

@@ -101,10 +101,16 @@ type hold struct {
 }
 
 // modelEnd returns the end the models and the semaphore sweep use: the
-// exemption's when there is one. ok is false when the hold never ended.
+// exemption's when there is one, from the call of a release that may have
+// ended the hold before the fault (its outcome ok or unknown). ok is false
+// when the hold never ended.
 func (h *hold) modelEnd() (sp span, kind endKind, ok bool) {
 	if h.exempt != endOpen {
-		return h.exEnd, h.exempt, true
+		sp = h.exEnd
+		if (h.kind == endRelease || h.kind == endReleaseInfo) && h.endStart < sp.from {
+			sp.from = h.endStart
+		}
+		return sp, h.exempt, true
 	}
 	return h.end, h.kind, h.kind != endOpen
 }
