@@ -226,6 +226,9 @@ func TestMutexCohort_LostAndHoldContextPerHold(t *testing.T) {
 			got := make(chan error, 1)
 			go func() { got <- w.Lock(ctx) }()
 			waitQueued(t, e, n, 1)
+			// The waiter joins its Client's registry after its first try's
+			// reply: until then a release goes through Redis.
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
 			require.NoError(t, m.Unlock(ctx))
 			require.NoError(t, <-got)
 			assert.Equal(t, first+1, w.Token(), "a local handoff takes the next token")
