@@ -49,27 +49,7 @@ type multiHold struct {
 	once   sync.Once
 	done   atomic.Bool // the group hold ended: a member's loss no longer counts
 
-	mu     sync.Mutex // a leaf: taken under a watchdog's mutex (a member's loss)
-	ended  bool       // the hold contexts were cancelled, with cause
-	cause  error
-	holdCs map[*context.CancelCauseFunc]struct{} // the live hold contexts' cancels
-}
-
-// cancelAll cancels the group's hold contexts with cause, once: the first
-// cause stays.
-func (g *multiHold) cancelAll(cause error) {
-	g.mu.Lock()
-	if g.ended {
-		g.mu.Unlock()
-		return
-	}
-	g.ended, g.cause = true, cause
-	cs := g.holdCs
-	g.holdCs = nil
-	g.mu.Unlock()
-	for c := range cs {
-		(*c)(cause)
-	}
+	ctxs lease.Contexts // the group's hold contexts
 }
 
 // MultiLock returns a handle that holds the locks called names together.
@@ -214,7 +194,7 @@ func (ml *MultiLock) keep() {
 				return
 			}
 			// The hold contexts first: whoever Lost wakes finds them done.
-			g.cancelAll(fmt.Errorf("%w (member %q)", cause, name))
+			g.ctxs.End(fmt.Errorf("%w (member %q)", cause, name))
 			g.once.Do(func() { close(g.lost) })
 		}
 		if l == nil || !m.h.C.WD.WhenLost(l, lostNow) {
@@ -234,7 +214,7 @@ func (ml *MultiLock) keep() {
 // end ends the group hold with cause; a member lost later changes nothing.
 func (g *multiHold) end(cause error) {
 	g.done.Store(true)
-	g.cancelAll(cause)
+	g.ctxs.End(cause)
 	if errors.Is(cause, ErrLost) {
 		g.once.Do(func() { close(g.lost) })
 	}
@@ -286,33 +266,15 @@ func (ml *MultiLock) Lost() <-chan struct{} {
 // and it is cancelled before Lost closes. Without a hold it is already
 // cancelled, with cause ErrNotHeld. Call the CancelFunc when done.
 func (ml *MultiLock) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
 	ml.mu.Lock()
 	g := ml.hold
 	ml.mu.Unlock()
 	if g == nil {
+		ctx, cancel := context.WithCancelCause(parent)
 		cancel(ErrNotHeld)
 		return ctx, func() {}
 	}
-	g.mu.Lock()
-	if g.ended {
-		cause := g.cause
-		g.mu.Unlock()
-		cancel(cause)
-		return ctx, func() { cancel(context.Canceled) }
-	}
-	if g.holdCs == nil {
-		g.holdCs = map[*context.CancelCauseFunc]struct{}{}
-	}
-	key := &cancel
-	g.holdCs[key] = struct{}{}
-	g.mu.Unlock()
-	return ctx, func() {
-		g.mu.Lock()
-		delete(g.holdCs, key)
-		g.mu.Unlock()
-		cancel(context.Canceled)
-	}
+	return g.ctxs.Derive(parent)
 }
 
 // Token returns the fencing token of the member called name in the current

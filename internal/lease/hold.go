@@ -88,13 +88,13 @@ type Hold struct {
 	Token  uint64      // the fencing token
 	Cohort CohortState // a Mutex WithCohort: its local handoffs (internal/engine/cohort.go)
 
-	// Guarded by the watchdog's mutex. lost and holdCtxs are made on first
-	// use, since most holds never need them.
+	// Guarded by the watchdog's mutex. lost is made on first use, since
+	// most holds never need it.
 	cause error // why the hold ended, once it has
 	lost  chan struct{}
-	// holdCtxs cancels the hold contexts made from it (HoldContext) when it
-	// ends, however it ends; each is taken out when its CancelFunc runs.
-	holdCtxs map[*context.CancelCauseFunc]struct{}
+	// ctxs are its hold contexts (HoldContext), cancelled when it ends,
+	// however it ends.
+	ctxs Contexts
 	// onLost runs when the hold is lost, at the moment Lost closes, under
 	// the watchdog's mutex: it must only close channels or cancel contexts.
 	onLost []func(cause error)
@@ -122,10 +122,7 @@ func (l *Hold) ended(state leaseState, cause error) {
 	l.state, l.cause = state, cause
 	// Hold contexts and onLost before Lost closes: whoever Lost wakes finds
 	// them done.
-	for cancel := range l.holdCtxs {
-		(*cancel)(cause)
-	}
-	l.holdCtxs = nil
+	l.ctxs.End(cause)
 	if state == leaseLost {
 		for _, f := range l.onLost {
 			f(cause)
@@ -156,30 +153,12 @@ func (l *Hold) report(w *Watchdog, state leaseState, cause error) {
 // that ends l, before l's Lost channel closes. A nil l gives a context that
 // is already cancelled with cause ErrNotHeld.
 func (w *Watchdog) HoldContext(parent context.Context, l *Hold) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(parent)
 	if l == nil {
+		ctx, cancel := context.WithCancelCause(parent)
 		cancel(errs.ErrNotHeld)
 		return ctx, func() {}
 	}
-	w.mu.Lock()
-	if l.state != leaseHeld {
-		cause := l.cause
-		w.mu.Unlock()
-		cancel(cause)
-		return ctx, func() { cancel(context.Canceled) }
-	}
-	if l.holdCtxs == nil {
-		l.holdCtxs = map[*context.CancelCauseFunc]struct{}{}
-	}
-	key := &cancel
-	l.holdCtxs[key] = struct{}{}
-	w.mu.Unlock()
-	return ctx, func() {
-		w.mu.Lock()
-		delete(l.holdCtxs, key)
-		w.mu.Unlock()
-		cancel(context.Canceled)
-	}
+	return l.ctxs.Derive(parent)
 }
 
 // WhenLost makes f run when l is lost, at the moment its Lost channel
