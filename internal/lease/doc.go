@@ -11,4 +11,5 @@
 // watchdog's lock: ends are reported, and marks' owners woken, after it is
 // released. The watchdog's lock is taken under the wait registry's and a
 // Core's hold table's (see internal/engine), never the other way round.
+// A hold's Contexts lock is a leaf, taken under the watchdog's.
 package lease
