@@ -557,3 +557,128 @@ func TestMutexCohort_HandlePerLock_ExclusionAndTokens(t *testing.T) {
 	t.Logf("%d acquisitions, %d handed on locally", len(rec.tokens), local)
 	assert.Greater(t, local, len(rec.tokens)/3, "holds were handed on locally across handles")
 }
+
+// cohortRound is one handoff between two handles of the name: h locks, w
+// (on h's Client) waits, queued in Redis and in the Client's registry, and
+// h unlocks after holding for hold. It returns h's and w's tokens; w's is
+// h's plus one only for a local handoff (a Redis grant goes past the block
+// h's grant reserved).
+func cohortRound(t *testing.T, ctx context.Context, e *env, c *dlock.Client, h, w *dlock.Mutex, n string, hold time.Duration, queued int64, before func()) (uint64, uint64) {
+	t.Helper()
+	require.NoError(t, h.Lock(ctx))
+	first := h.Token()
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(ctx) }()
+	waitQueued(t, e, n, queued)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) >= 1 }, 5*time.Second, time.Millisecond)
+	if before != nil {
+		before()
+	}
+	time.Sleep(hold)
+	require.NoError(t, h.Unlock(ctx))
+	require.NoError(t, <-got)
+	second := w.Token()
+	require.NoError(t, w.Unlock(ctx))
+	require.Greater(t, second, first)
+	return first, second
+}
+
+// Past the cohort's time bound, a hold whose Redis grant found nobody
+// queued is handed on locally when still nobody else waits: the Client has
+// been subscribed to the lock's channel since before the grant, and no
+// other Client's waiter has been announced on it since. The first round
+// goes through Redis: its grant came before the Client subscribed, so the
+// Client cannot know whom it missed.
+func TestMutexCohort_PastTheTimeBound_NobodyElseWaits_HandedOnLocally(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	h, w := c.Mutex(n), c.Mutex(n) // default bounds: 4 handoffs, 10ms
+	// Lock the name once from another Client, so that the rounds' grants
+	// take the hot path (a new name's first grant does not), without
+	// subscribing c.
+	o := e.client(e.rdb()).Mutex(n)
+	require.NoError(t, o.Lock(ctx))
+	require.NoError(t, o.Unlock(ctx))
+	first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
+	assert.NotEqual(t, first+1, second, "handed on locally, though the Client subscribed after the grant")
+	for round := range 3 {
+		first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
+		assert.Equal(t, first+1, second, "round %d: not handed on locally past the time bound with nobody else waiting", round)
+	}
+}
+
+// Past the cohort's time bound, a waiter of another Client keeps the bound:
+// its try announces it on the lock's channel, and the hold goes back to
+// Redis, where waiters are served in their order. Whether it queued before
+// or after the holder's own Client's waiter: announcing the first waiter
+// since the lock was free must not stop at one of the holder's own.
+func TestMutexCohort_PastTheTimeBound_AnotherClientWaits_KeepsTheBound(t *testing.T) {
+	e := sharedEnv(t)
+	for _, otherFirst := range []bool{true, false} {
+		t.Run(map[bool]string{true: "other Client queued first", false: "own waiter queued first"}[otherFirst], func(t *testing.T) {
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			c, other := e.client(e.rdb()), e.client(e.rdb())
+			h, w, y := c.Mutex(n), c.Mutex(n), other.Mutex(n)
+			cohortRound(t, ctx, e, c, h, w, n, 0, 1, nil) // subscribes c
+			first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
+			require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
+
+			require.NoError(t, h.Lock(ctx))
+			first = h.Token()
+			lock := func(m *dlock.Mutex, queued int64) chan uint64 {
+				got := make(chan uint64, 1)
+				go func() {
+					if err := m.Lock(ctx); err != nil {
+						t.Error(err)
+						got <- 0
+						return
+					}
+					tok := m.Token()
+					assert.NoError(t, m.Unlock(ctx))
+					got <- tok
+				}()
+				waitQueued(t, e, n, queued)
+				return got
+			}
+			var yGot, wGot chan uint64
+			if otherFirst {
+				yGot, wGot = lock(y, 1), lock(w, 2)
+			} else {
+				wGot, yGot = lock(w, 1), lock(y, 2)
+			}
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // past the bound; the announcement reaches c
+			require.NoError(t, h.Unlock(ctx))
+			wTok, yTok := <-wGot, <-yGot
+			require.NotZero(t, wTok)
+			require.NotZero(t, yTok)
+			assert.NotEqual(t, first+1, wTok, "handed on locally past the bound while another Client waited")
+			if otherFirst {
+				assert.Less(t, yTok, wTok, "y, queued first, is served first")
+			} else {
+				assert.Less(t, wTok, yTok, "w, queued first, is served first")
+			}
+		})
+	}
+}
+
+// A Client whose pub/sub connection broke after a quiet grant cannot know
+// who queued while it was down: past the time bound, the hold goes back to
+// Redis.
+func TestMutexCohort_PastTheTimeBound_PubSubKilled_GoesThroughRedis(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	h, w := c.Mutex(n), c.Mutex(n)
+	cohortRound(t, ctx, e, c, h, w, n, 0, 1, nil) // subscribes c
+	first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
+	require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
+	first, second = cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, func() {
+		require.NoError(t, e.rdb().Do(ctx, "client", "kill", "type", "pubsub").Err())
+	})
+	assert.NotEqual(t, first+1, second, "handed on locally past the bound though the connection broke meanwhile")
+}

@@ -306,7 +306,12 @@ const (
 // most maxHandoffs times in a row and while less than maxTime has passed
 // since Redis granted the hold (lock cohorting); then the lock goes back to
 // the queue in Redis, so that waiters on other Clients, and handles
-// WithoutCohort, are served in their turn. The bounds are those of the
+// WithoutCohort, are served in their turn. Past maxTime, a hold still goes
+// to a goroutine of its Client (within maxHandoffs) when nobody else waits:
+// Redis granted it with nobody queued, the Client has been subscribed to
+// the lock's channel since before that grant, and no waiter that this
+// Client would not serve has queued since (each such waiter's try
+// announces itself on the channel; one still on its way there is missed). The bounds are those of the
 // handle that hands the hold on. A Lock called while the handle holds the
 // lock waits for such a handoff without a round trip (on another handle it
 // first queues in Redis, then is served locally in its turn); when the

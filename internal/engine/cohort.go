@@ -35,6 +35,15 @@ import (
 // path; the Unlock that finally releases to Redis drops every place the
 // cohort served first, in case one was queued after its cancel ran. The
 // bounds that apply are those of the handle that passes the hold on.
+//
+// Past the time bound, a hold is still handed on locally (within the
+// handoff bound and its reserved tokens) when nobody else waits: its Redis
+// grant was quiet (excl_try's hot path: nobody had queued since the lock
+// was last free), the Core's hub has been subscribed to the lock's channel
+// without a break since before that try was sent, and no announcement
+// ('q', see excl_try) has arrived on it since: the first waiter to queue
+// since the lock was free that this Client's cohort would not serve (one
+// of another Client, or of a handle WithoutCohort) announces itself.
 
 // CohortBound is how far a Mutex WithCohort hands its hold on locally.
 type CohortBound struct {
@@ -50,21 +59,24 @@ func (m *Mutex) cohortOn() bool {
 
 // passLocal hands l, just taken out of the slot by Unlock, to the first
 // goroutine of the Core waiting on a cohorting handle of the name, within
-// the bound. It returns the served waiter's place in the queue in Redis (""
+// the bound (past the time bound when nobody else waits). It returns the served waiter's place in the queue in Redis (""
 // when it had none), or false when it handed nothing: l is then still the
 // caller's to release.
 func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	co := l.Cohort
-	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End || time.Since(co.Since) >= m.cohort.MaxTime {
+	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End {
 		return "", false
 	}
 	c := m.h.C
+	if time.Since(co.Since) >= m.cohort.MaxTime && !(!co.Quiet.IsZero() && c.hub != nil && c.hub.Quiet(m.h.Channel, co.Quiet)) {
+		return "", false
+	}
 	var place string
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
 		nl.Token = l.Token + 1
-		nl.Cohort = lease.CohortState{End: co.End, N: co.N + 1, Since: co.Since, Served: co.Served}
+		nl.Cohort = lease.CohortState{End: co.End, N: co.N + 1, Since: co.Since, Served: co.Served, Quiet: co.Quiet}
 		if !w.Local() { // it tried in Redis, so it may be queued there
 			place = w.Place()
 			nl.Cohort.Served = append(slices.Clip(co.Served), w.Place())

@@ -169,6 +169,13 @@ type hubHandler struct{ c *Core }
 // already woke its local waiter directly, so its echo is ignored.
 func (h hubHandler) Message(channel, payload string) {
 	m := wire.DecodeRelease(payload)
+	if m.Wake.Kind == wire.KindQueued {
+		// Someone waits whom this Client's cohort would not serve (its own
+		// non-cohorting waiters included): a cohort holding the lock keeps
+		// its time bound (cohort.go).
+		h.c.hub.Note(channel)
+		return
+	}
 	if m.From == h.c.ID {
 		return // the sender woke its own waiters
 	}

@@ -70,7 +70,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 		if token == 0 || !a.handedGrant() {
 			return false, nil
 		}
-		ok, _, err := a.Granted(func() error { return t.keep(a, token) })
+		ok, _, err := a.Granted(func() error { return t.keep(a, token, false) })
 		return ok, err
 	}
 	return a
@@ -84,13 +84,14 @@ func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
 		return false, 0, t.unknownOutcome(a, err)
 	}
 	if r.Held {
-		return a.Granted(func() error { return t.keep(a, r.Token) })
+		return a.Granted(func() error { return t.keep(a, r.Token, r.Quiet) })
 	}
 	return a.Refused(wire.ClientOf(r.Holder), r.Left, markTTL > 0, r.Queued, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
 }
 
-// keep records the granted hold as the handle's.
-func (t *mutexTry) keep(a *Acquisition, token uint64) error {
+// keep records the granted hold as the handle's; quiet says that the
+// grant found nobody queued since the lock was last free.
+func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 	if err := a.Fresh(); err != nil {
 		return err
 	}
@@ -99,6 +100,9 @@ func (t *mutexTry) keep(a *Acquisition, token uint64) error {
 	l.Token = token
 	if m.cohortOn() {
 		l.Cohort = lease.CohortState{End: token + uint64(m.cohort.Max), Since: time.Now()}
+		if quiet {
+			l.Cohort.Quiet = a.Sent
+		}
 	}
 	m.slot.Put(l, m.h.C.WD)
 	if err := a.Watch(l); err != nil {

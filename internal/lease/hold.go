@@ -227,6 +227,9 @@ type CohortState struct {
 	N      int       // local handoffs since the Redis grant
 	Since  time.Time // when the Redis grant was kept
 	Served []string  // queue places of the waiters served locally
+	// Quiet, for a grant that found nobody queued since the lock was last
+	// free, is when its try was sent; zero otherwise.
+	Quiet time.Time
 }
 
 // Hold returns the hold l is the lease of, or nil for a waiting mark's.

@@ -59,6 +59,12 @@ type Hub struct {
 	ps        *redis.PubSub // nil until the first Acquire
 	refs      map[string]int
 	confirmed map[string]bool
+	// since is when each channel's latest confirmation arrived, and broken
+	// when the connection last failed: a channel confirmed before that has
+	// not been subscribed throughout since.
+	since     map[string]time.Time
+	broken    time.Time
+	noted     map[string]time.Time // the latest Note per subscribed channel
 	idleSince map[string]time.Time // channels with no refs, still subscribed
 	closed    bool
 
@@ -86,6 +92,8 @@ func New(rdb redis.UniversalClient, h Handler, opts Options) *Hub {
 		opts:      opts,
 		refs:      make(map[string]int),
 		confirmed: make(map[string]bool),
+		since:     make(map[string]time.Time),
+		noted:     make(map[string]time.Time),
 		idleSince: make(map[string]time.Time),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -153,6 +161,32 @@ func (b *Hub) Release(channel string) {
 			b.idleSince[channel] = time.Now()
 		}
 	}
+}
+
+// Note records that a message the Handler takes as news arrived on channel
+// now (see Quiet). The Handler calls it; it is forgotten when the channel
+// is unsubscribed.
+func (b *Hub) Note(channel string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, ok := b.since[channel]; ok {
+		b.noted[channel] = time.Now()
+	}
+}
+
+// Quiet reports whether no message published on channel after t can have
+// gone unheard, and none of note (Note) arrived since t: the channel's
+// subscription was confirmed before t, its connection has not failed since,
+// and nothing was noted on it since t. A message published after t but
+// still on its way is not counted. Nor is a break the reader has not seen
+// yet: go-redis reconnects inside the read that failed, so while a
+// reconnect hangs (into a partition, until its dial or handshake times
+// out) the connection still counts as unbroken.
+func (b *Hub) Quiet(channel string, t time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	at, ok := b.since[channel]
+	return ok && b.confirmed[channel] && at.Before(t) && b.broken.Before(at) && !b.noted[channel].After(t)
 }
 
 // Channels reports how many channels are subscribed, lingering ones included.
@@ -242,6 +276,9 @@ func (b *Hub) run(ps *redis.PubSub) {
 			// go-redis drops the broken connection; the next receive dials a
 			// new one and re-subscribes every channel, and each confirmation
 			// reaches the Handler.
+			b.mu.Lock()
+			b.broken = now
+			b.mu.Unlock()
 			b.opts.Logger.Warn("dlock: pubsub connection lost; reconnecting", "error", err)
 			if b.sleep(backoff) {
 				return
@@ -261,6 +298,7 @@ func (b *Hub) onSubscribed(channel string) {
 	wanted := b.refs[channel] > 0 || idle
 	if wanted {
 		b.confirmed[channel] = true
+		b.since[channel] = time.Now()
 	}
 	b.mu.Unlock()
 	if wanted {
@@ -285,6 +323,7 @@ func (b *Hub) replace(old *redis.PubSub) *redis.PubSub {
 		channels = append(channels, ch)
 	}
 	clear(b.confirmed)
+	b.broken = time.Now()
 	ps := b.rdb.Subscribe(context.Background(), channels...)
 	b.ps = ps
 	_ = old.Close()
@@ -301,6 +340,8 @@ func (b *Hub) sweep(ctx context.Context, ps *redis.PubSub, now time.Time) {
 			gone = append(gone, ch)
 			delete(b.idleSince, ch)
 			delete(b.confirmed, ch)
+			delete(b.since, ch)
+			delete(b.noted, ch)
 		}
 	}
 	if len(gone) > 0 {

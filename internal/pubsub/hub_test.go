@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/dlock-go/dlock/internal/faultnet"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/redistest"
 )
@@ -121,4 +123,45 @@ func TestHub_Close_AcquireFailsAndReaderStops(t *testing.T) {
 	require.NoError(t, hub.Close())
 	_, err = hub.Acquire(context.Background(), "c")
 	assert.ErrorIs(t, err, pubsub.ErrClosed)
+}
+
+// Quiet holds from a subscription's confirmation on, until something is
+// noted on the channel or its connection fails: a connection that broke
+// and has not been confirmed again since cannot vouch for what was
+// published meanwhile. (go-redis reconnects inside the read that failed:
+// while a reconnect hangs, as into a partition, the hub has not heard of
+// the break; see Quiet.)
+func TestHub_Quiet_FromConfirmationUntilNoteOrBreak(t *testing.T) {
+	srv := redistest.Real(t)
+	proxy, err := faultnet.Start(srv.Addr)
+	require.NoError(t, err)
+	defer proxy.Close()
+	rec := newRecorder()
+	hub := pubsub.New(redis.NewClient(&redis.Options{Addr: proxy.Addr, MaxRetries: -1}), rec, pubsub.Options{PingInterval: 300 * time.Millisecond})
+	defer hub.Close()
+	ctx := context.Background()
+
+	before := time.Now()
+	assert.False(t, hub.Quiet("q", before), "not subscribed")
+	_, err = hub.Acquire(ctx, "q")
+	require.NoError(t, err)
+	defer hub.Release("q")
+	require.Eventually(t, func() bool { return rec.confirmations("q") == 1 }, 2*time.Second, 5*time.Millisecond)
+	assert.False(t, hub.Quiet("q", before), "subscribed only after that time")
+	t1 := time.Now()
+	assert.True(t, hub.Quiet("q", t1), "subscribed before, nothing noted")
+
+	hub.Note("q")
+	assert.False(t, hub.Quiet("q", t1), "noted since")
+	t2 := time.Now()
+	assert.True(t, hub.Quiet("q", t2), "noted before")
+	hub.Note("other") // not subscribed: nothing to note
+	assert.False(t, hub.Quiet("other", t2))
+
+	proxy.Close() // the connection breaks, and every reconnect fails
+	require.Eventually(t, func() bool { return !hub.Quiet("q", t2) }, 5*time.Second, time.Millisecond,
+		"still quiet after the connection broke")
+	time.Sleep(100 * time.Millisecond)
+	assert.False(t, hub.Quiet("q", t2), "quiet again without a new confirmation")
+	assert.False(t, hub.Quiet("q", time.Now()))
 }

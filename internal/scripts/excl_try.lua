@@ -20,14 +20,18 @@
 -- Returns held(count, token) (lib.lua) when the caller holds the lock:
 -- count is its hold count (1 for a new hold), token the hold's fencing
 -- token; the hot path answers a new hold with the token alone, a string
--- standing for held(1, token) (a shorter reply costs the server less). It
+-- standing for held(1, token) (a shorter reply costs the server less), and
+-- only for a lock nobody had queued for since it was last free (no q). It
 -- was free with nobody live queued ahead (a new token is issued), or a
 -- release had handed it to the caller (then the lease is reset to ARGV[3]),
 -- or the caller holds it already (counted, with ARGV[9] > 0: count + 1,
 -- lease unchanged; else a claim: count 1, the lease reset). Otherwise returns busy(ms the holder's lease has
 -- left, the holder's ID, its token, 1 when this try queued the caller anew
 -- (it was not queued before) else 0) and, if ARGV[4] > 0, queues the caller
--- (once) with its mark set to expire ARGV[4] ms from now. A free lock with
+-- (once) with its mark set to expire ARGV[4] ms from now; the first caller
+-- so queued since the lock was last free, on a lock whose grants reserve
+-- tokens (a cohort's), publishes '<from>|0|q' unless it is a cohorting
+-- waiter (ARGV[8] > 0) of the holder's own Client. A free lock with
 -- others queued goes to the first of them, as a release would; it is then
 -- the holder returned. A released lock of another lock kind is taken over
 -- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K of
@@ -70,6 +74,9 @@ if v[1] == kind and not v[2] and not v[6] and v[4] then
   return fs
 end
 --#include excl_common.lua
+-- Whether a grant reserved tokens (x, as the hot path read it): a cohort
+-- may hold the lock.
+local reserving = v[5]
 local mark, from = tonumber(ARGV[4]), ARGV[5]
 local counted = ARGV[6] == '1'
 local bad
@@ -126,5 +133,13 @@ if mark > 0 then
   redis.call('HSET', K, 'q', '1')
   extend(Q, mark)
   extend(QE, mark)
+  -- The first waiter since the last free that a cohort of the holder's
+  -- Client would not serve itself is announced once (a: announced; free
+  -- clears it with q): a cohort holding past its time bound needs to know
+  -- that another waits (engine's cohort.go).
+  if added == 1 and reserving and not (reserve > 0 and client_of(holder) == from)
+      and redis.call('HSETNX', K, 'a', '1') == 1 then
+    redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
+  end
 end
 return busy(redis.call('PTTL', K), holder, fence, added)

@@ -10,7 +10,8 @@ import (
 // sem_drain, redlock's try), as lib.lua's held and busy write it:
 //
 //	token               a new hold, count 1, with that fencing token
-//	                    (excl_try's hot path: the shortest reply)
+//	                    (excl_try's hot path: the shortest reply; nobody
+//	                    had queued since the lock was last free)
 //	{1, count, token}   held: the caller's hold count (a drain's permits),
 //	                    and its fencing token ('' for a read hold)
 //	{0, left, holder, token, queued, flags}
@@ -27,13 +28,16 @@ type Try struct {
 	Holder string // refused: whose hold blocks, when one does
 	Queued bool   // refused: this try queued the caller anew (it had no place)
 	Unset  bool   // refused: a semaphore's total was never set
+	// Quiet: held, by excl_try's hot path: nobody had queued for the lock
+	// since it was last free.
+	Quiet bool
 }
 
 // DecodeTry reads an acquiring script's reply.
 func DecodeTry(res any) (Try, error) {
 	if token, ok := res.(string); ok {
 		t, err := ParseToken(token)
-		return Try{Held: true, Count: 1, Token: t}, err
+		return Try{Held: true, Count: 1, Token: t, Quiet: true}, err
 	}
 	list, ok := res.([]any)
 	if !ok || len(list) < 3 {
