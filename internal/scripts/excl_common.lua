@@ -10,10 +10,6 @@
 --                        q: '1' when Q may have members; absent only when
 --                           Q has none (the hot paths of excl_try and
 --                           excl_unlock skip the queue when it is absent)
---                        a: '1' once excl_try has announced a waiter (its
---                           Client's cohort would not serve) with a 'q'
---                           message since the lock was last free; only
---                           with q, cleared with it
 --   Q   p{n}:mq    zset  waiter -> arrival (server microseconds): the queue
 --   QE  p{n}:mqe   zset  waiter -> expiry of its waiting mark (server ms)
 --   F   p{n}:f     string the token memory every lock kind shares (lib.lua)
@@ -92,7 +88,7 @@ end
 -- Free K, keeping its kind and last token for fence_memory. Call only when
 -- Q has no members: it clears q.
 local function free(K)
-  redis.call('HDEL', K, 'o', 'n', 'q', 'a')
+  redis.call('HDEL', K, 'o', 'n', 'q')
   redis.call('PEXPIRE', K, fence_memory)
 end
 

@@ -28,10 +28,10 @@
 -- lease unchanged; else a claim: count 1, the lease reset). Otherwise returns busy(ms the holder's lease has
 -- left, the holder's ID, its token, 1 when this try queued the caller anew
 -- (it was not queued before) else 0) and, if ARGV[4] > 0, queues the caller
--- (once) with its mark set to expire ARGV[4] ms from now; the first caller
--- so queued since the lock was last free, on a lock whose grants reserve
--- tokens (a cohort's), publishes '<from>|0|q' unless it is a cohorting
--- waiter (ARGV[8] > 0) of the holder's own Client. A free lock with
+-- (once) with its mark set to expire ARGV[4] ms from now; a caller queued
+-- anew on a lock whose grants reserve tokens (a cohort's) publishes
+-- '<from>|0|q', unless it is a cohorting waiter (ARGV[8] > 0) of the
+-- holder's own Client. A free lock with
 -- others queued goes to the first of them, as a release would; it is then
 -- the holder returned. A released lock of another lock kind is taken over
 -- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K of
@@ -133,12 +133,14 @@ if mark > 0 then
   redis.call('HSET', K, 'q', '1')
   extend(Q, mark)
   extend(QE, mark)
-  -- The first waiter since the last free that a cohort of the holder's
-  -- Client would not serve itself is announced once (a: announced; free
-  -- clears it with q): a cohort holding past its time bound needs to know
-  -- that another waits (engine's cohort.go).
-  if added == 1 and reserving and not (reserve > 0 and client_of(holder) == from)
-      and redis.call('HSETNX', K, 'a', '1') == 1 then
+  -- A new waiter that a cohort of the holder's Client would not serve
+  -- itself is announced: a cohort holding past its time bound needs to know
+  -- that another waits (engine's cohort.go). Every such waiter, not only the
+  -- first since the lock was free: marking K as announced made the next
+  -- release's script slower by a fifth of a millisecond on this machine
+  -- (docs/design.md), where a message costs each subscribed Client a
+  -- decode.
+  if added == 1 and reserving and not (reserve > 0 and client_of(holder) == from) then
     redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
   end
 end
