@@ -41,9 +41,9 @@ import (
 // grant was quiet (excl_try's hot path: nobody had queued since the lock
 // was last free), the Core's hub has been subscribed to the lock's channel
 // without a break since before that try was sent, and no announcement
-// ('q', see excl_try) has arrived on it since: every waiter that queues
-// and that this Client's cohort would not serve (one of another Client, or
-// of a handle WithoutCohort) announces itself.
+// ('q', see excl_try) has arrived on it since: the first waiter to queue
+// since a quiet grant that this Client's cohort would not serve (one of
+// another Client, or of a handle WithoutCohort) announces itself.
 
 // CohortBound is how far a Mutex WithCohort hands its hold on locally.
 type CohortBound struct {

@@ -7,9 +7,12 @@
 --                        n: the holder's hold count (counted kinds)
 --                        f: the fencing token of the current or last hold
 --                        x: tokens reserved after f (see Reservations)
---                        q: '1' when Q may have members; absent only when
---                           Q has none (the hot paths of excl_try and
---                           excl_unlock skip the queue when it is absent)
+--                        q: present when Q may have members; absent only
+--                           when Q has none (the hot paths of excl_try and
+--                           excl_unlock skip the queue when it is absent);
+--                           'c' while only cohorting waiters of the
+--                           holder's Client queued since a grant of
+--                           excl_try's hot path (see excl_try)
 --   Q   p{n}:mq    zset  waiter -> arrival (server microseconds): the queue
 --   QE  p{n}:mqe   zset  waiter -> expiry of its waiting mark (server ms)
 --   F   p{n}:f     string the token memory every lock kind shares (lib.lua)

@@ -28,10 +28,11 @@
 -- lease unchanged; else a claim: count 1, the lease reset). Otherwise returns busy(ms the holder's lease has
 -- left, the holder's ID, its token, 1 when this try queued the caller anew
 -- (it was not queued before) else 0) and, if ARGV[4] > 0, queues the caller
--- (once) with its mark set to expire ARGV[4] ms from now; a caller queued
--- anew on a lock whose grants reserve tokens (a cohort's) publishes
--- '<from>|0|q', unless it is a cohorting waiter (ARGV[8] > 0) of the
--- holder's own Client. A free lock with
+-- (once) with its mark set to expire ARGV[4] ms from now. The first caller
+-- so queued since a grant of the hot path (no queue hint) on a lock whose
+-- grants reserve tokens (a cohort's) publishes '<from>|0|q', unless it is
+-- a cohorting waiter (ARGV[8] > 0) of the holder's own Client: those set
+-- the hint to 'c', which the first other caller still announces. A free lock with
 -- others queued goes to the first of them, as a release would; it is then
 -- the holder returned. A released lock of another lock kind is taken over
 -- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K of
@@ -74,9 +75,9 @@ if v[1] == kind and not v[2] and not v[6] and v[4] then
   return fs
 end
 --#include excl_common.lua
--- Whether a grant reserved tokens (x, as the hot path read it): a cohort
--- may hold the lock.
-local reserving = v[5]
+-- Whether a grant reserved tokens (x: a cohort may hold the lock), and the
+-- queue hint, as the hot path read them.
+local reserving, hint = v[5], v[6]
 local mark, from = tonumber(ARGV[4]), ARGV[5]
 local counted = ARGV[6] == '1'
 local bad
@@ -117,7 +118,7 @@ if not holder then
   if first and first ~= waiter then
     local to, f = grant_first(K, F, kind, Q, QE, CH, from, now, last())
     if to then
-      holder, fence = to, f
+      holder, fence, hint = to, f, '1'
     end
   end
   if not holder then
@@ -130,18 +131,20 @@ local added = 0
 if mark > 0 then
   added = redis.call('ZADD', Q, 'NX', string.format('%d%06d', s, us), waiter)
   redis.call('ZADD', QE, now + mark, waiter)
-  redis.call('HSET', K, 'q', '1')
   extend(Q, mark)
   extend(QE, mark)
-  -- A new waiter that a cohort of the holder's Client would not serve
-  -- itself is announced: a cohort holding past its time bound needs to know
-  -- that another waits (engine's cohort.go). Every such waiter, not only the
-  -- first since the lock was free: marking K as announced made the next
-  -- release's script slower by a fifth of a millisecond on this machine
-  -- (docs/design.md), where a message costs each subscribed Client a
-  -- decode.
-  if added == 1 and reserving and not (reserve > 0 and client_of(holder) == from) then
-    redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
+  -- The queue hint says who queued since the holder's grant: absent, nobody
+  -- (a quiet grant: excl_try's hot path); 'c', only cohorting waiters of the
+  -- holder's Client, which its cohort serves itself; '1', anyone else (or
+  -- the grant itself was not quiet: take sets '1'). The first other waiter
+  -- of a quiet grant is announced, so that a cohort holding past its time
+  -- bound knows that another waits (engine's cohort.go).
+  local own = reserve > 0 and client_of(holder) == from
+  if not hint or hint == 'c' and not own then
+    redis.call('HSET', K, 'q', own and 'c' or '1')
+    if added == 1 and reserving and not own then
+      redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
+    end
   end
 end
 return busy(redis.call('PTTL', K), holder, fence, added)

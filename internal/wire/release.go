@@ -49,10 +49,10 @@ const (
 	// own kind (a new leader's notice, '<from>|0|o'), never counted among the
 	// waiters a release wakes.
 	KindObserver byte = 'o'
-	// KindQueued: not a waiter kind: someone queued for the lock whom the
-	// holder's cohort would not serve ('<from>|0|q', excl_try). It wakes
-	// nobody; a Client whose cohort holds the lock past its time bound
-	// learns from it that another waits.
+	// KindQueued: not a waiter kind: the first waiter, since a grant that
+	// found nobody queued, whom the holder's cohort would not serve queued
+	// ('<from>|0|q', excl_try). It wakes nobody; a Client whose cohort holds
+	// the lock past its time bound learns from it that another waits.
 	KindQueued byte = 'q'
 )
 
