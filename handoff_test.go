@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -360,4 +361,103 @@ func TestMutexQueue_TryFindingTheLockFree_HandsItToTheFirstLocalWaiter(t *testin
 	assert.False(t, ok, "a TryLock does not jump the queue")
 	within(t, done, time.Second, "the queued waiter acquiring, long before its 20s timer")
 	require.NoError(t, first.Unlock(ctx))
+}
+
+// A release that hands the lock to the first waiter takes excl_unlock's
+// handoff path when that waiter's mark is live, and the slow path when a
+// dead mark is ahead of it (which the slow path purges): both leave the
+// same state. The new holder has count 1, the token after the old one and
+// its reservation (seeded ahead of the clock), the queue hint, the reservation it asked for, the token
+// memory, a lease no longer than its mark; the waiter is out of the queue
+// and holds from the message. INFO commandstats tells the paths apart:
+// only the slow path purges (ZRANGEBYSCORE).
+func TestRelease_HandoffPath_LeavesWhatTheSlowPathLeaves(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 20*time.Second)
+	a, b := e.client(e.rdb()), e.client(e.rdb())
+	purges := func() int64 {
+		for line := range strings.Lines(rdb.Info(ctx, "commandstats").Val()) {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_zrangebyscore:calls="); ok {
+				c, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+				require.NoError(t, err)
+				return c
+			}
+		}
+		return 0
+	}
+	type handle struct {
+		lock, unlock func() error
+		token        func() uint64
+	}
+	mutex := func(c *dlock.Client, n string) handle {
+		m := c.Mutex(n)
+		return handle{func() error { return m.Lock(ctx) }, func() error { return m.Unlock(ctx) }, m.Token}
+	}
+	reentrant := func(c *dlock.Client, n string) handle {
+		m, octx := c.ReentrantMutex(n), dlock.WithNewOwner(ctx)
+		return handle{func() error { return m.Lock(octx) }, func() error { return m.Unlock(octx) }, func() uint64 { return m.Token(octx) }}
+	}
+	type outcome struct {
+		fields            map[string]string // of K, with f and o replaced by what they must be
+		memoryIsToken     bool
+		tokenPastReserved bool
+		leaseWithinMark   bool
+		queued            int64
+		purged            bool
+	}
+	run := func(t *testing.T, mk func(*dlock.Client, string) handle, deadAhead bool) outcome {
+		n := name(t)
+		h, w := mk(a, n), mk(b, n)
+		require.NoError(t, h.lock())
+		// A token an hour ahead of the clock with 7 reserved after it, so
+		// that the next token must follow them, not the clock.
+		seeded := h.token() + uint64(time.Hour/time.Microsecond)
+		require.NoError(t, rdb.HSet(ctx, key(n), "f", seeded, "x", 7).Err())
+		got := make(chan error, 1)
+		go func() { got <- w.lock() }()
+		waitQueued(t, e, n, 1)
+		// Its try again once subscribed purges too: let it pass first.
+		require.Eventually(t, func() bool { return dlock.LocalWaiters(b) == 1 }, 5*time.Second, time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
+		ks := queueKeys(n)
+		if deadAhead {
+			require.NoError(t, rdb.ZAdd(ctx, ks[1], redis.Z{Score: 1, Member: "0:dead.x"}).Err())
+			require.NoError(t, rdb.ZAdd(ctx, ks[2], redis.Z{Score: 1, Member: "0:dead.x"}).Err())
+		}
+		before := purges()
+		require.NoError(t, h.unlock())
+		require.NoError(t, <-got)
+		var o outcome
+		o.purged = purges() > before
+		tok := w.token()
+		fields, err := rdb.HGetAll(ctx, key(n)).Result()
+		require.NoError(t, err)
+		o.tokenPastReserved = tok == seeded+7+1 && fields["f"] == strconv.FormatUint(tok, 10)
+		memory := rdb.Get(ctx, ks[3]).Val()
+		o.memoryIsToken = memory == fields["f"] || memory == fields["f"]+"+"+fields["x"]
+		o.fields = map[string]string{"k": fields["k"], "n": fields["n"], "q": fields["q"], "x": fields["x"],
+			"o is the waiter's": strconv.FormatBool(holderOf(t, rdb, n) != "" && !strings.HasPrefix(fields["o"], "dead"))}
+		pttl := rdb.PTTL(ctx, key(n)).Val()
+		o.leaseWithinMark = pttl > 0 && pttl <= 10*time.Second // the mark lease: a third of the 30 s watchdog timeout
+		o.queued = rdb.ZCard(ctx, ks[1]).Val()
+		require.NoError(t, w.unlock())
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		mk   func(*dlock.Client, string) handle
+	}{{"Mutex", mutex}, {"ReentrantMutex", reentrant}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fast, slow := run(t, tc.mk, false), run(t, tc.mk, true)
+			assert.False(t, fast.purged, "the live first waiter was served by the slow path")
+			assert.True(t, slow.purged, "a dead mark ahead was not purged")
+			fast.purged, slow.purged = false, false
+			assert.Equal(t, slow, fast)
+			assert.True(t, fast.tokenPastReserved && fast.memoryIsToken && fast.leaseWithinMark, "%+v", fast)
+			assert.Zero(t, fast.queued)
+			assert.Equal(t, "1", fast.fields["n"])
+			assert.Equal(t, "1", fast.fields["q"])
+		})
+	}
 }

@@ -28,12 +28,56 @@ local kind, id, from, counted = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 -- hold of the caller, nobody queued (no queue hint q). Freeing keeps the
 -- token, as free does (excl_common.lua). As in excl_try, HMGET runs
 -- unprotected: a K of another type fails with WRONGTYPE before any change.
-local v = redis.call('HMGET', K, 'k', 'o', 'n', 'q')
-if v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1)
-    and #ARGV < 5 and not v[4] then
+local v = redis.call('HMGET', K, 'k', 'o', 'n', 'q', 'f', 'x')
+local last = v[1] == kind and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1) and #ARGV < 5
+if last and not v[4] then
   redis.call('HDEL', K, 'o', 'n')
   redis.call('PEXPIRE', K, '60000') -- fence_memory
   return 0
+end
+-- The handoff path, before any helper is defined too: the caller's last
+-- hold, and the first waiter in Q has a live mark. It does what pass_on
+-- does then (grant_first, take and issue_fence in excl_common.lua and
+-- lib.lua), with the token from K's f and x, in 11 calls instead of 17 and
+-- without defining the helpers; anything else (an expired mark first,
+-- nobody queued) goes down the slow path. Q and QE are read before any
+-- write, so a key of another type fails with WRONGTYPE before anything
+-- changes.
+if last and v[5] then
+  local first = redis.call('ZRANGE', Q, 0, 0)[1]
+  local expiry = first and redis.call('ZSCORE', QE, first)
+  local t = expiry and redis.call('TIME')
+  local ttl = t and tonumber(expiry) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+  if ttl and ttl > 0 then
+    local colon = string.find(first, ':', 1, true)
+    local head, to = string.sub(first, 1, colon - 1), string.sub(first, colon + 1)
+    local plus = string.find(head, '+', 1, true)
+    local reserve = plus and tonumber(string.sub(head, plus + 1)) or 0
+    local lease = tonumber(plus and string.sub(head, 1, plus - 1) or head)
+    if lease > 0 and lease < ttl then
+      ttl = lease
+    end
+    local f = tonumber(v[5]) + (tonumber(v[6]) or 0) + 1
+    local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    if now > f then
+      f = now
+    end
+    local fs = string.format('%.0f', f)
+    redis.call('ZREM', Q, first)
+    redis.call('ZREM', QE, first)
+    if reserve > 0 then
+      redis.call('SET', F, fs .. '+' .. reserve, 'PX', '60000')
+      redis.call('HSET', K, 'o', to, 'n', 1, 'f', fs, 'q', '1', 'x', reserve)
+    else
+      redis.call('SET', F, fs, 'PX', '60000')
+      redis.call('HSET', K, 'o', to, 'n', 1, 'f', fs, 'q', '1')
+    end
+    redis.call('PEXPIRE', K, ttl)
+    if string.match(to, '^[^.]*') ~= from then
+      redis.call('PUBLISH', CH, from .. '|1|g|' .. to .. '|' .. fs .. '|' .. ttl)
+    end
+    return {0, to, fs, ttl}
+  end
 end
 --#include excl_common.lua
 local bad
