@@ -613,15 +613,30 @@ func TestMutexCohort_PastTheTimeBound_NobodyElseWaits_HandedOnLocally(t *testing
 // its try announces it on the lock's channel, and the hold goes back to
 // Redis, where waiters are served in their order. Whether it queued before
 // or after the holder's own Client's waiter: announcing the first waiter
-// since the lock was free must not stop at one of the holder's own.
+// since the lock was free must not stop at one of the holder's own. A
+// waiter on a handle WithoutCohort of the holder's own Client, which the
+// cohort does not serve, keeps the bound too.
 func TestMutexCohort_PastTheTimeBound_AnotherClientWaits_KeepsTheBound(t *testing.T) {
 	e := sharedEnv(t)
-	for _, otherFirst := range []bool{true, false} {
-		t.Run(map[bool]string{true: "other Client queued first", false: "own waiter queued first"}[otherFirst], func(t *testing.T) {
+	for _, tc := range []struct {
+		name                string
+		otherFirst, yOnSelf bool
+	}{
+		{"other Client queued first", true, false},
+		{"own waiter queued first", false, false},
+		{"own WithoutCohort handle queued first", true, true},
+	} {
+		otherFirst := tc.otherFirst
+		t.Run(tc.name, func(t *testing.T) {
 			n := name(t)
 			ctx := ctxTimeout(t, 20*time.Second)
 			c, other := e.client(e.rdb()), e.client(e.rdb())
 			h, w, y := c.Mutex(n), c.Mutex(n), other.Mutex(n)
+			local := 1 // c's waiters in its registry
+			if tc.yOnSelf {
+				// Not a cohorting handle: c's cohort would not serve it.
+				y, local = c.Mutex(n, dlock.WithoutCohort()), 2
+			}
 			cohortRound(t, ctx, e, c, h, w, n, 0, 1, nil) // subscribes c
 			first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
 			require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
@@ -649,7 +664,7 @@ func TestMutexCohort_PastTheTimeBound_AnotherClientWaits_KeepsTheBound(t *testin
 			} else {
 				wGot, yGot = lock(w, 1), lock(y, 2)
 			}
-			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == local }, 5*time.Second, time.Millisecond)
 			time.Sleep(20 * time.Millisecond) // past the bound; the announcement reaches c
 			require.NoError(t, h.Unlock(ctx))
 			wTok, yTok := <-wGot, <-yGot

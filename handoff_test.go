@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -366,7 +367,8 @@ func TestMutexQueue_TryFindingTheLockFree_HandsItToTheFirstLocalWaiter(t *testin
 // A release that hands the lock to the first waiter takes excl_unlock's
 // handoff path when that waiter's mark is live, and the slow path when a
 // dead mark is ahead of it (which the slow path purges): both leave the
-// same state. The new holder has count 1, the token after the old one and
+// same state, but for marks expired behind the first waiter, which the
+// handoff path leaves for the next slow path. The new holder has count 1, the token after the old one and
 // its reservation (seeded ahead of the clock), the queue hint, the reservation it asked for, the token
 // memory, a lease no longer than its mark; the waiter is out of the queue
 // and holds from the message. INFO commandstats tells the paths apart:
@@ -458,6 +460,36 @@ func TestRelease_HandoffPath_LeavesWhatTheSlowPathLeaves(t *testing.T) {
 			assert.Zero(t, fast.queued)
 			assert.Equal(t, "1", fast.fields["n"])
 			assert.Equal(t, "1", fast.fields["q"])
+		})
+	}
+}
+
+// An Unlock that would hand the lock on, with a key of another type where
+// its queue should be, is refused with the key named, and writes nothing:
+// the handoff path reads the queue before any write and leaves a bad key to
+// the slow path, which names it.
+func TestRelease_HandoffPath_ForeignQueueKey_NamedNothingWritten(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, q := range []struct{ suffix, found string }{{":mq", "list"}, {":mqe", "list"}} {
+		t.Run(q.suffix, func(t *testing.T) {
+			n := name(t)
+			m := e.client(e.rdb()).Mutex(n)
+			require.NoError(t, m.Lock(ctx))
+			require.NoError(t, rdb.HSet(ctx, key(n), "q", "1").Err()) // as if a waiter had queued
+			if q.suffix == ":mqe" {
+				require.NoError(t, rdb.ZAdd(ctx, key(n)+":mq", redis.Z{Score: 1, Member: "0:x.y"}).Err())
+			}
+			bad := key(n) + q.suffix
+			require.NoError(t, rdb.RPush(ctx, bad, "x").Err())
+			before := snapshot(t, ctx, rdb, n)
+			err := m.Unlock(ctx)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, dlock.ErrInvalid)
+			assert.Contains(t, err.Error(), fmt.Sprintf("%q", bad), "the error names the bad key")
+			assert.Contains(t, err.Error(), q.found)
+			assert.Equal(t, before, snapshot(t, ctx, rdb, n), "a refused Unlock wrote")
 		})
 	}
 }

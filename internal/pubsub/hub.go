@@ -179,9 +179,13 @@ func (b *Hub) Note(channel string) {
 // subscription was confirmed before t, its connection has not failed since,
 // and nothing was noted on it since t. A message published after t but
 // still on its way is not counted. Nor is a break the reader has not seen
-// yet: go-redis reconnects inside the read that failed, so while a
+// as an error: go-redis reconnects inside the read that failed, so while a
 // reconnect hangs (into a partition, until its dial or handshake times
-// out) the connection still counts as unbroken.
+// out) the connection still counts as unbroken; a connection that died
+// silently counts as unbroken until the hub replaces it (up to two
+// PingIntervals); and go-redis may reconnect inside a PING or after a read
+// without reporting an error. Each ends with the next confirmation, which
+// is later than any t before it.
 func (b *Hub) Quiet(channel string, t time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -260,6 +264,9 @@ func (b *Hub) run(ps *redis.PubSub) {
 			if pingSent.IsZero() && now.Sub(lastHeard) >= b.opts.PingInterval {
 				pingSent = now
 				if perr := ps.Ping(ctx); perr != nil {
+					b.mu.Lock()
+					b.broken = time.Now() // go-redis may have reconnected inside it
+					b.mu.Unlock()
 					b.opts.Logger.Warn("dlock: pubsub ping failed", "error", perr)
 				}
 			} else if !pingSent.IsZero() && now.Sub(pingSent) >= b.opts.PingInterval {

@@ -38,14 +38,18 @@ end
 -- The handoff path, before any helper is defined too: the caller's last
 -- hold, and the first waiter in Q has a live mark. It does what pass_on
 -- does then (grant_first, take and issue_fence in excl_common.lua and
--- lib.lua), with the token from K's f and x, in 11 calls instead of 17 and
--- without defining the helpers; anything else (an expired mark first,
--- nobody queued) goes down the slow path. Q and QE are read before any
--- write, so a key of another type fails with WRONGTYPE before anything
--- changes.
+-- lib.lua), with the token from K's f and x, in 10 calls instead of 17 and
+-- without defining the helpers, except that marks expired behind the
+-- first stay for the next slow path to purge (Q's and QE's expiry covers
+-- them). Anything else (an expired mark first, nobody queued, a Q or QE of
+-- another type, which the slow path names) goes down the slow path.
 if last and v[5] then
-  local first = redis.call('ZRANGE', Q, 0, 0)[1]
-  local expiry = first and redis.call('ZSCORE', QE, first)
+  local r = redis.pcall('ZRANGE', Q, 0, 0)
+  local first = not r.err and r[1]
+  local expiry = first and redis.pcall('ZSCORE', QE, first)
+  if expiry and type(expiry) == 'table' then
+    expiry = nil -- QE of another type
+  end
   local t = expiry and redis.call('TIME')
   local ttl = t and tonumber(expiry) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if ttl and ttl > 0 then
