@@ -261,6 +261,23 @@ func TestMutexCohort_LostAndHoldContextPerHold(t *testing.T) {
 	}
 }
 
+// lockedToken runs m.Lock and then m.Unlock in the background; the channel
+// gets the token it held (0 when Lock failed).
+func lockedToken(t *testing.T, ctx context.Context, m *dlock.Mutex) <-chan uint64 {
+	got := make(chan uint64, 1)
+	go func() {
+		if err := m.Lock(ctx); err != nil {
+			t.Error(err)
+			got <- 0
+			return
+		}
+		tok := m.Token()
+		assert.NoError(t, m.Unlock(ctx))
+		got <- tok
+	}()
+	return got
+}
+
 // waitQueued waits until n's queue in Redis has want live waiters.
 func waitQueued(t *testing.T, e *env, n string, want int64) {
 	t.Helper()
@@ -446,17 +463,7 @@ func TestMutexCohort_OnByDefault_WithoutCohortGoesThroughRedis(t *testing.T) {
 			for range 5 {
 				require.NoError(t, m.Lock(ctx))
 				first := m.Token()
-				got := make(chan uint64, 1)
-				go func() {
-					if err := m.Lock(ctx); err != nil {
-						t.Error(err)
-						got <- 0
-						return
-					}
-					tok := m.Token()
-					assert.NoError(t, m.Unlock(ctx))
-					got <- tok
-				}()
+				got := lockedToken(t, ctx, m)
 				if tc.local {
 					time.Sleep(2 * time.Millisecond) // the second Lock waits on the handle, sending nothing
 				} else {
@@ -643,22 +650,12 @@ func TestMutexCohort_PastTheTimeBound_AnotherClientWaits_KeepsTheBound(t *testin
 
 			require.NoError(t, h.Lock(ctx))
 			first = h.Token()
-			lock := func(m *dlock.Mutex, queued int64) chan uint64 {
-				got := make(chan uint64, 1)
-				go func() {
-					if err := m.Lock(ctx); err != nil {
-						t.Error(err)
-						got <- 0
-						return
-					}
-					tok := m.Token()
-					assert.NoError(t, m.Unlock(ctx))
-					got <- tok
-				}()
+			lock := func(m *dlock.Mutex, queued int64) <-chan uint64 {
+				got := lockedToken(t, ctx, m)
 				waitQueued(t, e, n, queued)
 				return got
 			}
-			var yGot, wGot chan uint64
+			var yGot, wGot <-chan uint64
 			if otherFirst {
 				yGot, wGot = lock(y, 1), lock(w, 2)
 			} else {
