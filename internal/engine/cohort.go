@@ -59,18 +59,18 @@ func (m *Mutex) cohortOn() bool {
 
 // passLocal hands l, just taken out of the slot by Unlock, to the first
 // goroutine of the Core waiting on a cohorting handle of the name, within
-// the bound (past the time bound when nobody else waits). It returns the served waiter's place in the queue in Redis (""
-// when it had none), or false when it handed nothing: l is then still the
-// caller's to release.
+// the bound (past the time bound when nobody else waits). It returns the
+// served waiter's place in the queue in Redis ("" when it had none), or
+// false when it handed nothing: l is then still the caller's to release.
 func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	co := l.Cohort
 	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End {
 		return "", false
 	}
-	c := m.h.C
-	if time.Since(co.Since) >= m.cohort.MaxTime && !(!co.Quiet.IsZero() && c.hub != nil && c.hub.Quiet(m.h.Channel, co.Quiet)) {
+	if time.Since(co.Since) >= m.cohort.MaxTime && !m.nobodyElseWaits(co) {
 		return "", false
 	}
+	c := m.h.C
 	var place string
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
@@ -94,6 +94,14 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	}
 	runtime.Gosched() // let the new holder run, as handedTo does
 	return place, true
+}
+
+// nobodyElseWaits reports whether, as far as the Core can tell, nobody its
+// cohort would not serve has queued for the lock since the quiet Redis
+// grant of co (see the top of this file).
+func (m *Mutex) nobodyElseWaits(co lease.CohortState) bool {
+	hub := m.h.C.hub
+	return !co.Quiet.IsZero() && hub != nil && hub.Quiet(m.h.Channel, co.Quiet)
 }
 
 // CohortKey is the key of m's lock: with Abandon, what makes m a
