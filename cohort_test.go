@@ -590,6 +590,14 @@ func cohortRound(t *testing.T, ctx context.Context, e *env, c *dlock.Client, h, 
 	return first, second
 }
 
+// confirmed waits until c's subscription to m's channel is confirmed: a
+// waiter's Lock can return before it is, and a grant sent before the
+// confirmation cannot count as quiet.
+func confirmed(t *testing.T, c *dlock.Client, m *dlock.Mutex) {
+	t.Helper()
+	require.Eventually(t, func() bool { return dlock.ChannelConfirmed(c, m) }, 5*time.Second, time.Millisecond)
+}
+
 // Past the cohort's time bound, a hold whose Redis grant found nobody
 // queued is handed on locally when still nobody else waits: the Client has
 // been subscribed to the lock's channel since before the grant, and no
@@ -610,6 +618,7 @@ func TestMutexCohort_PastTheTimeBound_NobodyElseWaits_HandedOnLocally(t *testing
 	require.NoError(t, o.Unlock(ctx))
 	first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
 	assert.NotEqual(t, first+1, second, "handed on locally, though the Client subscribed after the grant")
+	confirmed(t, c, h)
 	for round := range 3 {
 		first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
 		assert.Equal(t, first+1, second, "round %d: not handed on locally past the time bound with nobody else waiting", round)
@@ -645,6 +654,7 @@ func TestMutexCohort_PastTheTimeBound_AnotherClientWaits_KeepsTheBound(t *testin
 				y, local = c.Mutex(n, dlock.WithoutCohort()), 2
 			}
 			cohortRound(t, ctx, e, c, h, w, n, 0, 1, nil) // subscribes c
+			confirmed(t, c, h)
 			first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
 			require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
 
@@ -687,6 +697,7 @@ func TestMutexCohort_PastTheTimeBound_PubSubKilled_GoesThroughRedis(t *testing.T
 	c := e.client(e.rdb())
 	h, w := c.Mutex(n), c.Mutex(n)
 	cohortRound(t, ctx, e, c, h, w, n, 0, 1, nil) // subscribes c
+	confirmed(t, c, h)
 	first, second := cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, nil)
 	require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
 	first, second = cohortRound(t, ctx, e, c, h, w, n, 20*time.Millisecond, 1, func() {

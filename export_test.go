@@ -1,6 +1,8 @@
 package dlock
 
 import (
+	"context"
+
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/redlock"
 	"github.com/dlock-go/dlock/internal/wire"
@@ -55,3 +57,15 @@ func LocalWaiters(c *Client) int { return c.core.Waits.Len() }
 
 // RedlockWaiters is how many callers wait in r's registry of local waiters.
 func RedlockWaiters(r *Redlock) int { return r.r.Core.Waits.Len() }
+
+// ChannelConfirmed reports whether c's pub/sub connection has a confirmed
+// subscription to m's channel (it subscribes when it has none, for later
+// calls to find confirmed).
+func ChannelConfirmed(c *Client, m *Mutex) bool {
+	hub := c.core.Hub()
+	confirmed, err := hub.Acquire(context.Background(), m.h.Channel)
+	if err == nil {
+		hub.Release(m.h.Channel)
+	}
+	return err == nil && confirmed
+}
