@@ -273,8 +273,18 @@ func runClusterRenewalCost(t *testing.T, holds int) {
 	// target: 110 for 10,000 holds).
 	bound := float64(holds) / 100 * 1.1
 	assert.LessOrEqual(t, perNode.perRound(perNode.slotCalls+perNode.nodeCalls), bound, "script calls per round of every hold, per node")
-	assert.InEpsilon(t, float64(holds), perNode.leases, 0.35, "leases renewed per period, per node")
-	assert.InEpsilon(t, float64(holds), perSlot.leases, 0.35, "leases renewed per period, per slot")
+	// Each lease is renewed once a period, up to twice when round trips are
+	// long (the period shrinks to a sixth of the lease: internal/lease's
+	// Watchdog.period), and up to a quarter of a period early. The per-slot
+	// baseline's many calls make its round trips long on a loaded machine:
+	// 14,161 renewals a period for 10,000 holds in one CI run.
+	for _, m := range []struct {
+		what   string
+		leases float64
+	}{{"per node", perNode.leases}, {"per slot", perSlot.leases}} {
+		assert.GreaterOrEqual(t, m.leases, 0.65*float64(holds), "leases renewed per period, %s", m.what)
+		assert.LessOrEqual(t, m.leases, 2.5*float64(holds), "leases renewed per period, %s", m.what)
+	}
 	assert.Zero(t, perNode.slotCalls, "no per-slot calls while the nodes take the node script")
 	assert.Positive(t, perNode.nodeCalls)
 	// Per slot: the baseline really went per slot, one call a slot in use.
