@@ -40,11 +40,7 @@ func subscribed(t *testing.T, c *Client, m *Mutex) {
 	_, err := c.core.Hub().Acquire(context.Background(), m.h.Channel)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.core.Hub().Release(m.h.Channel) })
-	require.Eventually(t, func() bool {
-		confirmed, err := c.core.Hub().Acquire(context.Background(), m.h.Channel)
-		c.core.Hub().Release(m.h.Channel)
-		return err == nil && confirmed
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return ChannelConfirmed(c, m) }, 5*time.Second, time.Millisecond)
 }
 
 // A goroutine waiting for a local handoff whose local timer fires just as

@@ -189,8 +189,10 @@ func (b *Hub) Note(channel string) {
 func (b *Hub) Quiet(channel string, t time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// confirmed[channel] need not be asked: only replace clears it
+	// without since, and replace sets broken.
 	at, ok := b.since[channel]
-	return ok && b.confirmed[channel] && at.Before(t) && b.broken.Before(at) && !b.noted[channel].After(t)
+	return ok && at.Before(t) && b.broken.Before(at) && !b.noted[channel].After(t)
 }
 
 // Channels reports how many channels are subscribed, lingering ones included.

@@ -32,8 +32,8 @@
 -- so queued since a grant of the hot path (no queue hint) on a lock whose
 -- grants reserve tokens (a cohort's) publishes '<from>|0|q', unless it is
 -- a cohorting waiter (ARGV[8] > 0) of the holder's own Client: those set
--- the hint to 'c', which the first other caller still announces. A free lock with
--- others queued goes to the first of them, as a release would; it is then
+-- the hint to 'c', which the first other caller still announces. A free
+-- lock with others queued goes to the first of them, as a release would; it is then
 -- the holder returned. A released lock of another lock kind is taken over
 -- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND (a K of
 -- another type with WRONGTYPE) before anything changes.
