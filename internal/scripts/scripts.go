@@ -21,7 +21,8 @@
 // The exclusive lock's try and unlock, whose uncontended case is the hot
 // path, handle that case first with a few lines of their own and include
 // their helpers after it has returned, so that it pays for nothing it does
-// not use.
+// not use; the exclusive lock's and the RWMutex writer's unlock do the same
+// for a handoff to a live first waiter.
 //
 // # Script flags
 //
