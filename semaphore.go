@@ -207,7 +207,12 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 		return &Permit{s: s, done: true}, false, nil
 	}
 	t := &semTry{s: s, id: wire.PermitID(s.h.C.ID), n: n}
-	if _, err := s.h.NewAcquisition(ctx, t, op, block, wait.As{ID: t.id}).Run(); err != nil {
+	a := s.h.NewAcquisition(ctx, t, op, block, wait.As{ID: t.id})
+	// A release grants queued requests their permits (sem_release.lua).
+	a.As.Handed = func(token uint64) (bool, error) {
+		return a.TakeHanded(token, func(token uint64) error { return t.keep(a, token) })
+	}
+	if _, err := a.Run(); err != nil {
 		if t.unset && errors.Is(err, ErrNotObtained) && ctx.Err() != nil {
 			err = errs.Op(op, s.h.Name, unsetHint, ErrNotObtained, ctx.Err())
 		}
@@ -341,19 +346,22 @@ func (t *semTry) GiveBack(a *engine.Acquisition) {
 
 func (t *semTry) Leave(a *engine.Acquisition) { t.s.cancel(a.NC, t.id) }
 
-// release returns the permits of id and wakes the local waiters they serve.
-// It returns how many permits it returned, -1 when id held none.
+// release returns the permits of id, which go to the requests they serve,
+// and wakes those of them waiting on this Client. It returns how many
+// permits it returned, -1 when id held none.
 func (s *Semaphore) release(ctx context.Context, id string) (int64, error) {
 	res, err := s.h.C.Script(ctx, scripts.SemRelease, s.h.Keys, id, s.h.C.ID).Slice()
 	if err != nil {
 		s.h.WakeUnknown(err)
 		return 0, s.h.Fail("release", err)
 	}
-	n, msg, err := wire.DecodePair(res)
+	n, msgs, err := wire.DecodeCountMessages(res)
 	if err != nil {
 		return 0, errs.Op("release", s.h.Name, "", err)
 	}
-	s.h.WakeLocal(msg)
+	for _, msg := range msgs {
+		s.h.WakeLocal(msg)
+	}
 	return n, nil
 }
 

@@ -253,6 +253,19 @@ func (a *Acquisition) handedGrant() bool {
 	return true
 }
 
+// TakeHanded takes a hand-over from its message alone: a release made the
+// caller the holder, with token and what was left of its waiting mark as
+// the lease (see handedGrant). keep records the hold, as for a granted try.
+// It declines (false, nil: a try follows, and claims the hand-over) when
+// the message names no token or the grant's terms do not allow it.
+func (a *Acquisition) TakeHanded(token uint64, keep func(token uint64) error) (bool, error) {
+	if token == 0 || !a.handedGrant() {
+		return false, nil
+	}
+	ok, _, err := a.Granted(func() error { return keep(token) })
+	return ok, err
+}
+
 // Watch hands a new hold to the watchdog. After Close nothing would keep or
 // report it, so it fails with ErrClosed and the caller gives the grant back.
 func (a *Acquisition) Watch(l *lease.Hold) error {

@@ -66,12 +66,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 		}
 	}
 	a.As.Handed = func(token uint64) (bool, error) {
-		// A hand-over always names its token; without one, ask Redis.
-		if token == 0 || !a.handedGrant() {
-			return false, nil
-		}
-		ok, _, err := a.Granted(func() error { return t.keep(a, token, false) })
-		return ok, err
+		return a.TakeHanded(token, func(token uint64) error { return t.keep(a, token, false) })
 	}
 	return a
 }

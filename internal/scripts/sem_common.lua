@@ -125,6 +125,58 @@ local function wake_servable(M, C, Q, CH, from)
   return msg
 end
 
+-- Hand permits to the queued waiters that the free permits serve now, the
+-- same waiters, in the same order, as wake_servable names: each gets its
+-- request as a permit of its own ID, with the next fencing token after
+-- fence (M's f) and what is left of its waiting mark as its lease, leaves
+-- the queue, and is told by the message '<from>|1|g|<id>|<token>|<ttl>',
+-- published unless it is on Client from. A try of that ID then finds its
+-- permit granted and claims it (sem_try.lua). Only IDs '<client>.g.<...>'
+-- take grants (internal/wire's PermitID); a request of an earlier version's
+-- Client, whose try would take the permits a second time, is named in a
+-- release message instead, as wake_servable does, and tries. Returns the
+-- messages, published or not, for the caller's Client to apply to its own
+-- waiters.
+local function grant_servable(M, H, C, Q, QE, CH, from, now, fence)
+  local avail, total = available(M)
+  local msgs, named = {}, {}
+  for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
+    local need = tonumber(redis.call('HGET', C, id) or '0')
+    if need <= (total or 0) then
+      if need > avail then
+        break
+      end
+      avail = avail - need
+      -- Marks that ran out were purged; a place without a mark is named,
+      -- as wake_servable would.
+      local ttl = tonumber(redis.call('ZSCORE', QE, id) or '0') - now
+      if ttl <= 0 or not string.find(id, '^[^.]*%.g%.') then
+        named[#named + 1] = id
+      else
+        fence = next_fence(fence)
+        redis.call('HINCRBY', M, 'used', need)
+        redis.call('ZADD', H, now + ttl, id)
+        redis.call('ZREM', Q, id)
+        redis.call('ZREM', QE, id)
+        local msg = msg_handed(from, id, fence, ttl)
+        if client_of(id) ~= from then
+          redis.call('PUBLISH', CH, msg)
+        end
+        msgs[#msgs + 1] = msg
+      end
+    end
+  end
+  if #msgs > 0 then
+    redis.call('HSET', M, 'f', fence)
+  end
+  if #named > 0 then
+    local msg = msg_ids(from, named)
+    redis.call('PUBLISH', CH, msg)
+    msgs[#msgs + 1] = msg
+  end
+  return msgs
+end
+
 -- sem_state, then the purge of expired permits and waiters at the server's
 -- clock; when from is given and the purge freed anything, the waiters now
 -- served are woken (wake_servable, publishing from from). Returns v, nil

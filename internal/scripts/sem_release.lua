@@ -4,22 +4,27 @@
 -- ARGV[1]     the permit ID
 -- ARGV[2]     the releasing Client's ID, for the release message
 --
--- Returns {permits returned, message}: -1 when the permit is not held (a
--- second release, or its lease expired); then nothing changes. The message,
--- published when non-empty, names the waiters the free permits now serve.
+-- Returns {permits returned, messages...}: -1 when the permit is not held
+-- (a second release, or its lease expired); then nothing changes. The
+-- permits returned go at once to the waiters they serve (grant_servable in
+-- sem_common.lua); the messages, one per waiter served, say so.
 --#include sem_common.lua
 local M, H, C, Q, QE, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local id = ARGV[1]
-local v, bad = sem_open(M, H, C, Q, QE)
+local v, bad, now = sem_open(M, H, C, Q, QE)
 if bad then
   return bad
 end
 if not redis.call('ZSCORE', H, id) then
-  return {-1, ''}
+  return {-1}
 end
 local n = tonumber(redis.call('HGET', C, id) or '0')
 redis.call('HINCRBY', M, 'used', -n)
 redis.call('ZREM', H, id)
 redis.call('HDEL', C, id)
+local reply = {n}
+for _, msg in ipairs(grant_servable(M, H, C, Q, QE, CH, ARGV[2], now, v[5])) do
+  reply[#reply + 1] = msg
+end
 touch(M, H, C, Q, QE, v[4])
-return {n, wake_servable(M, C, Q, CH, ARGV[2])}
+return reply

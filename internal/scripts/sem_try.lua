@@ -7,8 +7,8 @@
 -- ARGV[4]     waiting mark lease in ms; 0 for a try that will not wait
 -- ARGV[5]     the Client's ID, for the release message
 --
--- Returns {1, token} when the permits were taken, with the permit's fencing
--- token. Otherwise, if ARGV[4] > 0, queues the request (once) and returns
+-- Returns {1, token} when the permits were taken, or a release had granted
+-- them to this waiter, with the permit's fencing token. Otherwise, if ARGV[4] > 0, queues the request (once) and returns
 -- {-(ms until the earliest permit lease or waiting mark runs out, at least
 -- 1; 0 when none), '', '', 1 when this try queued it anew else 0, 1 when
 -- the total was never set else 0}. When the purge of expired permits or
@@ -27,6 +27,16 @@ local id, n, ttl, mark = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber
 local v, bad, now = sem_open(M, H, C, Q, QE, CH, ARGV[5])
 if bad then
   return bad
+end
+-- A permit a release granted this waiter (grant_servable, sem_common.lua)
+-- that it did not take from the message: claimed, with this try's lease
+-- and a new token, since the message's was never returned to anyone.
+if redis.call('ZSCORE', H, id) then
+  local f = next_fence(v[5])
+  redis.call('HSET', M, 'f', f)
+  redis.call('ZADD', H, now + ttl, id)
+  touch(M, H, C, Q, QE, v[4])
+  return held(1, f)
 end
 local avail, total = available(M)
 local rank = redis.call('ZRANK', Q, id)

@@ -128,8 +128,10 @@ func OwnerID(clientID, owner string) string { return clientID + ".o." + EscapeID
 // (WithHandleOwner).
 func HandleOwnerID(clientID string) string { return clientID + ".h." + rand.Text() }
 
-// PermitID returns a fresh ID for one semaphore acquisition.
-func PermitID(clientID string) string { return clientID + ".p." + rand.Text() }
+// PermitID returns a fresh ID for one semaphore acquisition. Its ".g."
+// says that its Client takes permits a release grants it (sem_common.lua,
+// grant_servable); earlier versions' ".p." IDs are named and try again.
+func PermitID(clientID string) string { return clientID + ".g." + rand.Text() }
 
 // ClientOf returns the ID of the Client a holder or waiter ID belongs to:
 // every such ID starts with it and a dot.

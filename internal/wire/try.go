@@ -83,7 +83,7 @@ func ParseToken(s string) (uint64, error) {
 }
 
 // DecodePair reads a script's {integer, text} reply: a count and a release
-// message (semaphores), or the first two fields of a releasing script's
+// message (a semaphore's total set), or the first two fields of a releasing script's
 // reply (see engine.Handle.SettleHandover). Any other length is an error.
 func DecodePair(res []any) (int64, string, error) {
 	if len(res) != 2 {
@@ -95,4 +95,25 @@ func DecodePair(res []any) (int64, string, error) {
 		return 0, "", fmt.Errorf("unexpected reply %v", res)
 	}
 	return n, msg, nil
+}
+
+// DecodeCountMessages reads a script's {integer, text...} reply: a count and
+// any number of release messages (a semaphore's release, one message per
+// request it served).
+func DecodeCountMessages(res []any) (int64, []string, error) {
+	var n int64
+	ok := len(res) > 0
+	if ok {
+		n, ok = res[0].(int64)
+	}
+	msgs := make([]string, 0, max(len(res)-1, 0))
+	for i := 1; ok && i < len(res); i++ {
+		var msg string
+		msg, ok = res[i].(string)
+		msgs = append(msgs, msg)
+	}
+	if !ok {
+		return 0, nil, fmt.Errorf("unexpected reply %v", res)
+	}
+	return n, msgs, nil
 }

@@ -1,0 +1,233 @@
+package dlock_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/scripts"
+)
+
+// scriptCalls counts the calls of one script a go-redis client sends.
+type scriptCalls struct {
+	s *redis.Script
+	n atomic.Int64
+}
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if isScript(cmd, h.s) {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd, h.s) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// queuedSemWaiter starts an Acquire of n permits on s and returns once it is
+// queued in Redis and waiting, its try after subscribing done.
+func queuedSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dlock.Client, s *dlock.Semaphore, name string, n, queued int) <-chan *dlock.Permit {
+	t.Helper()
+	got := make(chan *dlock.Permit, 1)
+	go func() {
+		p, err := s.Acquire(ctx, n)
+		assert.NoError(t, err)
+		got <- p
+	}()
+	require.Eventually(t, func() bool { return rdb.ZCard(ctx, key(name)+":q").Val() == int64(queued) }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) >= 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	return got
+}
+
+// A release grants the queued request its permits in the same script: the
+// waiter on another Client holds from the message, without a try of its
+// own; the permit is the waiter's in Redis (in H, counted in used, out of
+// the queue) with a token after the holder's, on what was left of its
+// waiting mark (a third of the 30 s watchdog timeout) as its lease.
+func TestSemaphore_Release_GrantsTheQueuedRequest_WaiterTakesItWithoutATry(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	tries := &scriptCalls{s: scripts.SemTry}
+	a, b := e.client(e.rdb()), e.client(e.rdb(tries))
+	holder := a.Semaphore(n)
+	require.NoError(t, holder.SetPermits(ctx, 2))
+	p, err := holder.Acquire(ctx, 2)
+	require.NoError(t, err)
+	got := queuedSemWaiter(t, ctx, rdb, b, b.Semaphore(n), n, 2, 1)
+	before := tries.n.Load()
+	require.NoError(t, p.Release(ctx))
+	var q *dlock.Permit
+	select {
+	case q = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not served")
+	}
+	require.NotNil(t, q)
+	assert.Equal(t, before, tries.n.Load(), "the waiter tried again instead of taking the grant")
+	assert.Equal(t, 2, q.Count())
+	assert.Greater(t, q.Token(), p.Token())
+	m, err := rdb.HGetAll(ctx, key(n)).Result()
+	require.NoError(t, err)
+	assert.Equal(t, "2", m["used"])
+	assert.Equal(t, strconv.FormatUint(q.Token(), 10), m["f"])
+	assert.Zero(t, rdb.ZCard(ctx, key(n)+":q").Val()+rdb.ZCard(ctx, key(n)+":qe").Val(), "the served request is still queued")
+	held, err := rdb.ZRangeWithScores(ctx, key(n)+":h", 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	left := time.Duration(int64(held[0].Score)-now.UnixMilli()) * time.Millisecond
+	assert.True(t, left > 5*time.Second && left <= 10*time.Second, "the granted lease has %v left", left)
+	require.NoError(t, q.Release(ctx))
+	assert.Equal(t, "0", rdb.HGet(ctx, key(n), "used").Val())
+}
+
+// A waiter with a fixed permit lease does not take the grant from the
+// message, whose lease is what was left of its mark: its try claims the
+// permit with its own lease and a new token, and takes no permit twice.
+func TestSemaphore_Release_FixedLeaseWaiter_ClaimsTheGrantWithItsLease(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	tries := &scriptCalls{s: scripts.SemTry}
+	a, b := e.client(e.rdb()), e.client(e.rdb(tries))
+	holder := a.Semaphore(n)
+	require.NoError(t, holder.SetPermits(ctx, 3))
+	p, err := holder.Acquire(ctx, 3)
+	require.NoError(t, err)
+	got := queuedSemWaiter(t, ctx, rdb, b, b.Semaphore(n, dlock.WithPermitLease(2*time.Second)), n, 2, 1)
+	before := tries.n.Load()
+	require.NoError(t, p.Release(ctx))
+	q := <-got
+	require.NotNil(t, q)
+	assert.Equal(t, before+1, tries.n.Load(), "one try claims the grant")
+	assert.Equal(t, "2", rdb.HGet(ctx, key(n), "used").Val(), "the claim took the permits again")
+	assert.Equal(t, strconv.FormatUint(q.Token(), 10), rdb.HGet(ctx, key(n), "f").Val(), "the claim's token is not the last issued")
+	held, err := rdb.ZRangeWithScores(ctx, key(n)+":h", 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	left := time.Duration(int64(held[0].Score)-now.UnixMilli()) * time.Millisecond
+	assert.True(t, left > time.Second && left <= 2*time.Second, "the claimed lease has %v left", left)
+	avail, err := holder.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, avail)
+	require.NoError(t, q.Release(ctx))
+	avail, err = holder.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 3, avail)
+}
+
+// A request the release granted, whose waiter stops waiting before it takes
+// the grant, gives the permits back when it leaves the queue (sem_cancel),
+// and they go to the request behind it. The waiter here is a place in the
+// queue with no Client behind it; its cancel is run as its Client would.
+func TestSemaphore_GrantedRequestCancelled_PermitsGoBack(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	c := e.client(e.rdb())
+	s := c.Semaphore(n)
+	require.NoError(t, s.SetPermits(ctx, 1))
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	const gone = "gone.g.x"
+	k := key(n)
+	require.NoError(t, rdb.ZAdd(ctx, k+":q", redis.Z{Score: 0, Member: gone}).Err())
+	require.NoError(t, rdb.ZAdd(ctx, k+":qe", redis.Z{Score: float64(now.UnixMilli() + 10000), Member: gone}).Err())
+	require.NoError(t, rdb.HSet(ctx, k+":c", gone, 1).Err())
+	behind := queuedSemWaiter(t, ctx, rdb, c, c.Semaphore(n), n, 1, 2)
+	require.NoError(t, p.Release(ctx))
+	assert.NotZero(t, rdb.ZScore(ctx, k+":h", gone).Val(), "the release did not grant the request at the head")
+	assert.Equal(t, "1", rdb.HGet(ctx, k, "used").Val())
+	keys := []string{k, k + ":h", k + ":c", k + ":q", k + ":qe", k + ":ch"}
+	require.NoError(t, scripts.SemCancel.Run(ctx, rdb, keys, gone, "gone").Err())
+	assert.Zero(t, rdb.ZScore(ctx, k+":h", gone).Val(), "the cancelled grant still holds")
+	select {
+	case q := <-behind:
+		require.NotNil(t, q)
+		require.NoError(t, q.Release(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request behind was not served when the grant came back")
+	}
+	assert.Equal(t, "0", rdb.HGet(ctx, k, "used").Val())
+}
+
+// A request whose ID does not say that its Client takes grants (an earlier
+// version's, '<client>.p.<...>', whose try would take the permits a second
+// time) is named in a release message instead, and stays queued for its
+// try, while a request behind it that takes grants is granted its permits.
+func TestSemaphore_Release_EarlierVersionsRequest_NamedNotGranted(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	s := e.client(e.rdb()).Semaphore(n)
+	require.NoError(t, s.SetPermits(ctx, 2))
+	p, err := s.Acquire(ctx, 2)
+	require.NoError(t, err)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	k := key(n)
+	for i, id := range []string{"old.p.x", "new.g.y"} {
+		require.NoError(t, rdb.ZAdd(ctx, k+":q", redis.Z{Score: float64(i), Member: id}).Err())
+		require.NoError(t, rdb.ZAdd(ctx, k+":qe", redis.Z{Score: float64(now.UnixMilli() + 10000), Member: id}).Err())
+		require.NoError(t, rdb.HSet(ctx, k+":c", id, 1).Err())
+	}
+	spy := rdb.Subscribe(ctx, k+":ch")
+	defer spy.Close()
+	_, err = spy.Receive(ctx)
+	require.NoError(t, err)
+	require.NoError(t, p.Release(ctx))
+	var got []string
+	for range 2 {
+		msg, err := spy.ReceiveMessage(ctx)
+		require.NoError(t, err)
+		_, rest, _ := strings.Cut(msg.Payload, "|")
+		got = append(got, rest)
+	}
+	token := rdb.HGet(ctx, k, "f").Val()
+	assert.ElementsMatch(t, []string{"1|g|new.g.y|" + token + "|", "0||old.p.x"}, trimTTL(got))
+	assert.Zero(t, rdb.ZScore(ctx, k+":h", "old.p.x").Val(), "the earlier version's request was granted")
+	assert.NotZero(t, rdb.ZScore(ctx, k+":h", "new.g.y").Val(), "the request that takes grants was not granted")
+	assert.Equal(t, []string{"old.p.x"}, rdb.ZRange(ctx, k+":q", 0, -1).Val())
+	assert.Equal(t, "1", rdb.HGet(ctx, k, "used").Val())
+}
+
+// trimTTL drops the lease at the end of hand-over messages ('1|g|id|token|ttl').
+func trimTTL(msgs []string) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		if strings.HasPrefix(m, "1|g|") {
+			m = m[:strings.LastIndexByte(m, '|')+1]
+		}
+		out[i] = m
+	}
+	return out
+}
