@@ -705,3 +705,52 @@ func TestMutexCohort_PastTheTimeBound_PubSubKilled_GoesThroughRedis(t *testing.T
 	})
 	assert.NotEqual(t, first+1, second, "handed on locally past the bound though the connection broke meanwhile")
 }
+
+// Past the time bound with nobody else waiting, a hold that a local handoff
+// gave passes on locally too, each 20 ms after the last, but the handoff
+// bound still holds: with the default 4, four holds follow the Redis grant
+// with its next four tokens, and the fifth waiter is served through Redis,
+// with a token of its own grant.
+func TestMutexCohort_PastTheTimeBound_LocalHoldsPassOnUpToTheHandoffBound(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	h := c.Mutex(n) // default bounds: 4 handoffs, 10ms
+	require.Equal(t, 4, dlock.DefaultCohortHandoffs)
+	o := e.client(e.rdb()).Mutex(n) // as in ..._NobodyElseWaits_HandedOnLocally
+	require.NoError(t, o.Lock(ctx))
+	require.NoError(t, o.Unlock(ctx))
+	cohortRound(t, ctx, e, c, h, c.Mutex(n), n, 0, 1, nil) // subscribes c
+	confirmed(t, c, h)
+	require.NoError(t, h.Lock(ctx))
+	first := h.Token()
+	const waiters = 5
+	tokens := make(chan uint64, waiters)
+	var wg sync.WaitGroup
+	defer wg.Wait() // their Unlocks, before the Client closes
+	for range waiters {
+		m := c.Mutex(n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !assert.NoError(t, m.Lock(ctx)) {
+				tokens <- 0
+				return
+			}
+			tokens <- m.Token()
+			time.Sleep(20 * time.Millisecond)
+			assert.NoError(t, m.Unlock(ctx))
+		}()
+	}
+	waitQueued(t, e, n, waiters)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == waiters }, 5*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.NoError(t, h.Unlock(ctx))
+	var got []uint64
+	for range waiters {
+		got = append(got, <-tokens)
+	}
+	assert.Equal(t, []uint64{first + 1, first + 2, first + 3, first + 4}, got[:4], "the four holds after the grant, in the order they held")
+	assert.Greater(t, got[4], first+5, "the fifth hold was handed on locally past the handoff bound")
+}
