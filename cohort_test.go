@@ -3,6 +3,8 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/scripts"
 )
 
 // cohortRecord is what goroutines write under the lock, in acquisition
@@ -753,4 +756,52 @@ func TestMutexCohort_PastTheTimeBound_LocalHoldsPassOnUpToTheHandoffBound(t *tes
 	}
 	assert.Equal(t, []uint64{first + 1, first + 2, first + 3, first + 4}, got[:4], "the four holds after the grant, in the order they held")
 	assert.Greater(t, got[4], first+5, "the fifth hold was handed on locally past the handoff bound")
+}
+
+// A Lock on a fresh handle of the name, while a cohort of its Client runs
+// on another handle, waits for a local handoff without a round trip: it
+// neither tries nor queues in Redis. Within the bound they are served
+// locally, with the grant's next tokens; past the handoff bound the
+// releasing Unlock queues those left in Redis, in the same script, and they
+// are served from there.
+func TestMutexCohort_FreshHandlesWhileACohortRuns_WaitLocally(t *testing.T) {
+	e := realEnv(t)
+	for _, max := range []int{4, 1} {
+		t.Run(fmt.Sprintf("bound %d", max), func(t *testing.T) {
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			tries, cancels := &scriptCalls{s: scripts.ExclTry}, &scriptCalls{s: scripts.ExclCancel}
+			c := e.client(e.rdb(tries, cancels))
+			mk := func() *dlock.Mutex { return c.Mutex(n, dlock.WithCohort(max, time.Minute)) }
+			h := mk()
+			require.NoError(t, h.Lock(ctx))
+			first := h.Token()
+			before := tries.n.Load()
+			const waiters = 3
+			var got []<-chan uint64
+			for range waiters {
+				got = append(got, lockedToken(t, ctx, mk()))
+			}
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == waiters }, 5*time.Second, time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // a try would have been sent by now
+			assert.Equal(t, before, tries.n.Load(), "a Lock on a fresh handle tried in Redis while the cohort ran")
+			assert.Zero(t, e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a Lock on a fresh handle queued in Redis")
+			require.NoError(t, h.Unlock(ctx))
+			var tokens []uint64
+			for _, ch := range got {
+				tokens = append(tokens, <-ch)
+			}
+			slices.Sort(tokens)
+			require.NotContains(t, tokens, uint64(0))
+			if max >= waiters {
+				assert.Equal(t, []uint64{first + 1, first + 2, first + 3}, tokens, "not handed on locally")
+				assert.Equal(t, before, tries.n.Load(), "a local waiter tried in Redis")
+				assert.Zero(t, cancels.n.Load(), "a local waiter had a place in Redis to cancel")
+			} else {
+				assert.Equal(t, first+1, tokens[0], "the first waiter was not handed on locally")
+				assert.Greater(t, tokens[1], first+1+uint64(max), "served past the handoff bound without Redis")
+			}
+			assert.Zero(t, e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a place was left in Redis")
+		})
+	}
 }

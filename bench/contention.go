@@ -129,6 +129,14 @@ func contEntries(masters []string) []contEntry {
 	// After the default Mutex: one WithoutCohort, and one WithCohort row per
 	// bound asked for.
 	cohorts := []contEntry{{
+		prim: "Mutex, a handle per goroutine", lib: "dlock",
+		settings: "as Mutex, but each goroutine makes its own c.Mutex(name) handle, as W3 does: the Client's cohort serves waiters on every handle of the name",
+		open: func(addr string, cnt *rtCounter) (contClient, error) {
+			d := newDlockCont(addr, cnt, func(c *dlock.Client, key string) handle { return c.Mutex(key) }, false)
+			d.perGoroutine = true
+			return d, nil
+		},
+	}, {
 		prim: "Mutex WithoutCohort", lib: "dlock",
 		settings: "as Mutex, with dlock.WithoutCohort(): every Lock through the queue in Redis, in strict arrival order",
 		open: func(addr string, cnt *rtCounter) (contClient, error) {
@@ -185,6 +193,8 @@ type dlockCont struct {
 	mk       func(c *dlock.Client, key string) handle
 	h        handle
 	newOwner bool
+	// perGoroutine: each worker gets a handle of its own, not the shared h
+	perGoroutine bool
 }
 
 func newDlockCont(addr string, cnt *rtCounter, mk func(*dlock.Client, string) handle, newOwner bool) *dlockCont {
@@ -193,6 +203,9 @@ func newDlockCont(addr string, cnt *rtCounter, mk func(*dlock.Client, string) ha
 }
 
 func (d *dlockCont) worker(key string) (context.Context, handle) {
+	if d.perGoroutine {
+		return context.Background(), d.mk(d.c, key)
+	}
 	if d.h == nil {
 		d.h = d.mk(d.c, key)
 	}

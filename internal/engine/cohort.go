@@ -18,7 +18,8 @@ import (
 // releases to the queue in Redis. Any handle, so that the common
 // c.Mutex(name).Lock per call cohorts as a shared handle does.
 //
-// A Lock on the handle while a cohort runs waits for a local handoff only
+// A Lock on any cohorting handle of the name while a cohort of its Client
+// runs (Core.cohorts says where) waits for a local handoff only
 // (wait.As.Local), without a round trip: it has no place in the queue in
 // Redis. If the cohort ends first, the Unlock that releases to Redis queues
 // it there in the same script, in local arrival order, and wakes it to start
@@ -87,6 +88,7 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 		// As keep does; an older hold of the handle cannot be there while
 		// l held the lock.
 		wm.slot.Put(nl, c.WD)
+		c.cohorts.Store(wm.h.Key, wm.slot)
 		return nl
 	})
 	if w == nil {
@@ -94,6 +96,17 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	}
 	runtime.Gosched() // let the new holder run, as handedTo does
 	return place, true
+}
+
+// cohortRuns reports whether a hold of m's lock on this Core is in a
+// cohort, on m's handle or on another: a Lock then waits for a local
+// handoff only (see the top of this file).
+func (m *Mutex) cohortRuns() bool {
+	if m.slot.inCohort() {
+		return true
+	}
+	s, ok := m.h.C.cohorts.Load(m.h.Key)
+	return ok && s.(*Slot).inCohort()
 }
 
 // nobodyElseWaits reports whether, as far as the Core can tell, nobody its

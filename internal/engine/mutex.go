@@ -55,7 +55,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 	as := wait.As{ID: id}
 	if m.cohortOn() {
 		as.Cohort, as.Place = m, t.waiter
-		as.Local, as.LocalFor = block && m.slot.inCohort(), m.cohort.MaxTime
+		as.Local, as.LocalFor = block && m.cohortRuns(), m.cohort.MaxTime
 	}
 	a := m.h.NewAcquisition(ctx, t, op, block, as)
 	if as.Local {
@@ -100,6 +100,9 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 		}
 	}
 	m.slot.Put(l, m.h.C.WD)
+	if m.cohortOn() {
+		m.h.C.cohorts.Store(m.h.Key, m.slot)
+	}
 	if err := a.Watch(l); err != nil {
 		m.slot.TakeIf(l)
 		return err
@@ -153,6 +156,7 @@ func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 		// of other Clients, in their order, in the release's own script
 		// (and so ahead of the caller should it lock again); then they are
 		// woken to take their places (cohort.go).
+		c.cohorts.CompareAndDelete(m.h.Key, m.slot)
 		local, enqueue = c.Waits.EndCohort(m.h.Channel, m.h.Key)
 		if hook := c.Hooks.BeforeCohortRelease; hook != nil && len(local) > 0 {
 			hook()

@@ -66,6 +66,14 @@ func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []
 	return gone
 }
 
+// StillLocal reports whether w still waits for a local handoff only: no
+// try of its own, and no release queued it in Redis.
+func (r *Registry) StillLocal(w *Waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.local
+}
+
 // QueuedAt returns when the release that queued w was sent.
 func (r *Registry) QueuedAt(w *Waiter) time.Time {
 	r.mu.Lock()
