@@ -50,10 +50,12 @@
 // connection, with a timer at the holder's remaining lease as the fallback.
 // It also joins the lock's queue in Redis; a release hands the lock to the
 // first live waiter there (to every queued reader, after an RWMutex writer)
-// and tells it so: a Mutex waiter returns holding the lock without another
-// round trip, a ReentrantMutex or RWMutex owner claims it with one. A
-// Semaphore's release message names the requests its permits serve, and
-// they try again. A waiter subscribes before its last try, and a
+// and tells it so: a Mutex waiter, or a ReentrantMutex owner or RWMutex
+// writer waiting alone on its Client, returns holding the lock without
+// another round trip; other owners' waiters and readers claim it with one.
+// A Semaphore's release grants the permits it frees to the requests they
+// serve, in queue order, and tells each, which returns holding them. A
+// waiter subscribes before its last try, and a
 // re-subscription after a dropped connection makes every waiter look again,
 // so neither a lost message nor a killed connection strands a waiter.
 //

@@ -101,7 +101,7 @@ func TestRWUnlockWrite_FastPath_LeavesWhatTheSlowPathLeaves(t *testing.T) {
 		}
 		o.purged = cmdCalls(t, rdb, "zrangebyscore") > before
 		o.memoryIsToken = memory == fields["f"] || !waiter
-		o.queued = rdb.ZCard(ctx, ks[1]).Val() + rdb.ZCard(ctx, ks[4]).Val() + rdb.HLen(ctx, key(n)+":rc").Val()
+		o.queued = rdb.ZCard(ctx, ks[1]).Val() + rdb.ZCard(ctx, ks[2]).Val() + rdb.ZCard(ctx, ks[4]).Val() + rdb.HLen(ctx, key(n)+":rc").Val()
 		if waiter {
 			require.NoError(t, w.Unlock(wctx))
 		}
@@ -166,20 +166,24 @@ func TestRWUnlockWrite_ReaderQueued_ReadersGoFirst(t *testing.T) {
 }
 
 // A writer's Unlock with a key of another type where the RWMutex keeps its
-// queue, its read set or its main key is refused with the key named, and
-// writes nothing: the fast path reads them before any write and leaves a
-// bad key to the slow path, which names it.
+// queue, its marks, its read set or its read counts is refused with the key
+// named, and writes nothing: the fast path checks them before any write and
+// leaves a bad key to the slow path, which names it.
 func TestRWUnlockWrite_ForeignKey_NamedNothingWritten(t *testing.T) {
 	e := realEnv(t)
 	rdb := e.rdb()
 	ctx := ctxTimeout(t, 10*time.Second)
-	for _, suffix := range []string{":mq", ":mqe", ":rl"} {
-		t.Run(suffix, func(t *testing.T) {
+	for _, tc := range []struct {
+		suffix string
+		queued bool // a writer queued, so that its mark is read
+	}{{":mq", false}, {":mqe", true}, {":mqe", false}, {":rl", false}, {":rc", false}} {
+		suffix := tc.suffix
+		t.Run(fmt.Sprintf("%s queued=%v", suffix, tc.queued), func(t *testing.T) {
 			n := name(t)
 			octx := dlock.WithNewOwner(ctx)
 			rw := e.client(e.rdb()).RWMutex(n)
 			require.NoError(t, rw.Lock(octx))
-			if suffix == ":mqe" { // a writer queued, so that its mark is read
+			if tc.queued {
 				require.NoError(t, rdb.ZAdd(ctx, key(n)+":mq", redis.Z{Score: 1, Member: "0:wx.y"}).Err())
 			}
 			bad := key(n) + suffix

@@ -16,18 +16,18 @@ local owner, from = ARGV[1], ARGV[2]
 -- owner's last write hold, no reader holding (RL empty) and no reader
 -- queued. Then the lock goes to the first writer queued if its mark is
 -- live, as admit does after a writer (grant_writer, issue_fence), or is
--- freed when nobody is queued (free_writer); in 6-11 calls instead of 14 or
+-- freed when nobody is queued (free_writer); in 7-12 calls instead of 14 or
 -- more. Marks expired behind the first writer stay for the next slow path
 -- to purge (Q's and QE's expiry covers them). Anything else (a reader
--- queued, a dead first mark, keys of another type, which the slow path
--- names) goes down the slow path. RC is not read: with RL empty no reader
--- holds, and this path writes nothing to it.
+-- queued, a dead first mark, any of the five keys of another type, which
+-- the slow path names) goes down the slow path.
 local v = redis.pcall('HMGET', W, 'k', 'o', 'n', 'f') -- a W of another type: slow path
 if v[1] == 'rwlock' and v[2] == owner and tonumber(v[3] or '1') <= 1 and v[4] then
   local q = redis.pcall('ZRANGE', Q, 0, -1)
   local readers = redis.pcall('ZCARD', RL)
+  local rc, qe = redis.call('TYPE', RC).ok, redis.call('TYPE', QE).ok
   local first
-  if not q.err and readers == 0 then
+  if not q.err and readers == 0 and (rc == 'none' or rc == 'hash') and (qe == 'none' or qe == 'zset') then
     first = q[1] or false
     for i = 1, #q do
       local colon = string.find(q[i], ':', 1, true)
@@ -42,10 +42,7 @@ if v[1] == 'rwlock' and v[2] == owner and tonumber(v[3] or '1') <= 1 and v[4] th
     redis.call('PEXPIRE', W, '60000') -- fence_memory
     return {0, '', '', 0}
   end
-  local expiry = first and redis.pcall('ZSCORE', QE, first)
-  if expiry and type(expiry) == 'table' then
-    expiry = nil -- QE of another type
-  end
+  local expiry = first and redis.call('ZSCORE', QE, first)
   local t = expiry and redis.call('TIME')
   local ttl = t and tonumber(expiry) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if ttl and ttl > 0 then

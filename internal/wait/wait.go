@@ -28,9 +28,9 @@ import (
 //
 // A release message says whom to wake: a number of waiters (oldest first),
 // optionally only those of one kind (readers or writers of an RWMutex), or a
-// list of waiter IDs (semaphore waiters the freed permits can serve), or the
-// ID of the Mutex waiter the lock was handed to, which then holds it without
-// trying again. Each Client applies it to its own waiters. A waiter that was woken but leaves
+// list of waiter IDs (semaphore waiters that freed permits can serve, when
+// no release granted them), or the IDs a release handed the lock or permits
+// to (kind g), whose waiters then hold without trying again (As.Handed). Each Client applies it to its own waiters. A waiter that was woken but leaves
 // without acquiring passes its wake-up on, so a cancelled waiter never
 // swallows a release that the next one needed.
 
