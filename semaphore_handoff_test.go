@@ -231,3 +231,43 @@ func trimTTL(msgs []string) []string {
 	}
 	return out
 }
+
+// A grant whose message is lost (the waiter's Client was cut off when the
+// release published it, and its connections dropped) is claimed by the
+// waiter's try once its Client subscribes again, long before the grant's
+// lease would have run out: the permits are the waiter's once, not twice,
+// under one token, the last issued.
+func TestSemaphore_GrantMessageLost_WaiterClaimsItAfterReconnecting(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 30*time.Second)
+	n := name(t)
+	tries := &scriptCalls{s: scripts.SemTry}
+	proxied, proxy := e.proxied(tries)
+	a, b := e.client(e.rdb()), e.client(proxied)
+	holder := a.Semaphore(n)
+	require.NoError(t, holder.SetPermits(ctx, 2))
+	p, err := holder.Acquire(ctx, 2)
+	require.NoError(t, err)
+	got := queuedSemWaiter(t, ctx, rdb, b, b.Semaphore(n), n, 2, 1)
+	proxy.Partition()
+	require.NoError(t, p.Release(ctx))
+	assert.Equal(t, int64(1), rdb.ZCard(ctx, key(n)+":h").Val(), "the release did not grant the waiter")
+	before := tries.n.Load()
+	proxy.DropAll() // the message dies with the connection
+	proxy.Heal()
+	var q *dlock.Permit
+	select {
+	case q = <-got:
+	case <-time.After(5 * time.Second): // the grant's own lease (what was left of the mark) is 10 s
+		t.Fatal("the waiter did not take its grant soon after reconnecting")
+	}
+	require.NotNil(t, q)
+	assert.Greater(t, tries.n.Load(), before, "the waiter took a grant whose message was lost without a try")
+	assert.Equal(t, "2", rdb.HGet(ctx, key(n), "used").Val(), "the permits were taken twice")
+	assert.Equal(t, strconv.FormatUint(q.Token(), 10), rdb.HGet(ctx, key(n), "f").Val())
+	assert.Greater(t, q.Token(), p.Token())
+	assert.Equal(t, int64(1), rdb.ZCard(ctx, key(n)+":h").Val())
+	require.NoError(t, q.Release(ctx))
+	assert.Equal(t, "0", rdb.HGet(ctx, key(n), "used").Val())
+}
