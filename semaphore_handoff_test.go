@@ -58,6 +58,18 @@ func queuedSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dl
 	return got
 }
 
+// onlyPermitLeft returns what the lease of semaphore n's one permit has
+// left, on the server's clock; the test fails unless exactly one is held.
+func onlyPermitLeft(t *testing.T, ctx context.Context, rdb *redis.Client, n string) time.Duration {
+	t.Helper()
+	held, err := rdb.ZRangeWithScores(ctx, key(n)+":h", 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, held, 1)
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	return time.Duration(int64(held[0].Score)-now.UnixMilli()) * time.Millisecond
+}
+
 // A release grants the queued request its permits in the same script: the
 // waiter on another Client holds from the message, without a try of its
 // own; the permit is the waiter's in Redis (in H, counted in used, out of
@@ -92,12 +104,7 @@ func TestSemaphore_Release_GrantsTheQueuedRequest_WaiterTakesItWithoutATry(t *te
 	assert.Equal(t, "2", m["used"])
 	assert.Equal(t, strconv.FormatUint(q.Token(), 10), m["f"])
 	assert.Zero(t, rdb.ZCard(ctx, key(n)+":q").Val()+rdb.ZCard(ctx, key(n)+":qe").Val(), "the served request is still queued")
-	held, err := rdb.ZRangeWithScores(ctx, key(n)+":h", 0, -1).Result()
-	require.NoError(t, err)
-	require.Len(t, held, 1)
-	now, err := rdb.Time(ctx).Result()
-	require.NoError(t, err)
-	left := time.Duration(int64(held[0].Score)-now.UnixMilli()) * time.Millisecond
+	left := onlyPermitLeft(t, ctx, rdb, n)
 	assert.True(t, left > 5*time.Second && left <= 10*time.Second, "the granted lease has %v left", left)
 	require.NoError(t, q.Release(ctx))
 	assert.Equal(t, "0", rdb.HGet(ctx, key(n), "used").Val())
@@ -125,12 +132,7 @@ func TestSemaphore_Release_FixedLeaseWaiter_ClaimsTheGrantWithItsLease(t *testin
 	assert.Equal(t, before+1, tries.n.Load(), "one try claims the grant")
 	assert.Equal(t, "2", rdb.HGet(ctx, key(n), "used").Val(), "the claim took the permits again")
 	assert.Equal(t, strconv.FormatUint(q.Token(), 10), rdb.HGet(ctx, key(n), "f").Val(), "the claim's token is not the last issued")
-	held, err := rdb.ZRangeWithScores(ctx, key(n)+":h", 0, -1).Result()
-	require.NoError(t, err)
-	require.Len(t, held, 1)
-	now, err := rdb.Time(ctx).Result()
-	require.NoError(t, err)
-	left := time.Duration(int64(held[0].Score)-now.UnixMilli()) * time.Millisecond
+	left := onlyPermitLeft(t, ctx, rdb, n)
 	assert.True(t, left > time.Second && left <= 2*time.Second, "the claimed lease has %v left", left)
 	avail, err := holder.Available(ctx)
 	require.NoError(t, err)

@@ -102,22 +102,30 @@ local function needed(C, Q, first, last, total)
   return sum
 end
 
--- Publish, and return, the release message naming the queued waiters that
--- the free permits can serve now, in queue order, passing over requests for
--- more than the total; '' when there are none.
-local function wake_servable(M, C, Q, CH, from)
+-- Call serve(id, need) for each queued request that the free permits serve
+-- now, in queue order, passing over requests for more than the total (see
+-- Fairness).
+local function each_servable(M, C, Q, serve)
   local avail, total = available(M)
-  local ids = {}
   for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
     local need = tonumber(redis.call('HGET', C, id) or '0')
     if need <= (total or 0) then
       if need > avail then
-        break
+        return
       end
       avail = avail - need
-      ids[#ids + 1] = id
+      serve(id, need)
     end
   end
+end
+
+-- Publish, and return, the release message naming the queued waiters that
+-- the free permits can serve now (each_servable); '' when there are none.
+local function wake_servable(M, C, Q, CH, from)
+  local ids = {}
+  each_servable(M, C, Q, function(id)
+    ids[#ids + 1] = id
+  end)
   if #ids == 0 then return '' end
   -- (ids is bounded by the queue; each is a 26-character ID.)
   local msg = msg_ids(from, ids)
@@ -134,38 +142,30 @@ end
 -- permit granted and claims it (sem_try.lua). Only IDs '<client>.g.<...>'
 -- take grants (internal/wire's PermitID); a request of an earlier version's
 -- Client, whose try would take the permits a second time, is named in a
--- release message instead, as wake_servable does, and tries. Returns the
--- messages, published or not, for the caller's Client to apply to its own
--- waiters.
+-- release message instead, as wake_servable does, and tries; so is one
+-- whose mark is gone. Returns the messages, published or not, for the
+-- caller's Client to apply to its own waiters.
 local function grant_servable(M, H, C, Q, QE, CH, from, now, fence)
-  local avail, total = available(M)
   local msgs, named = {}, {}
-  for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-    local need = tonumber(redis.call('HGET', C, id) or '0')
-    if need <= (total or 0) then
-      if need > avail then
-        break
-      end
-      avail = avail - need
-      -- Marks that ran out were purged; a place without a mark is named,
-      -- as wake_servable would.
-      local ttl = tonumber(redis.call('ZSCORE', QE, id) or '0') - now
-      if ttl <= 0 or not string.find(id, '^[^.]*%.g%.') then
-        named[#named + 1] = id
-      else
-        fence = next_fence(fence)
-        redis.call('HINCRBY', M, 'used', need)
-        redis.call('ZADD', H, now + ttl, id)
-        redis.call('ZREM', Q, id)
-        redis.call('ZREM', QE, id)
-        local msg = msg_handed(from, id, fence, ttl)
-        if client_of(id) ~= from then
-          redis.call('PUBLISH', CH, msg)
-        end
-        msgs[#msgs + 1] = msg
-      end
+  each_servable(M, C, Q, function(id, need)
+    -- Marks that ran out were purged; a place without a mark is named, as
+    -- wake_servable would.
+    local ttl = tonumber(redis.call('ZSCORE', QE, id) or '0') - now
+    if ttl <= 0 or not string.find(id, '^[^.]*%.g%.') then
+      named[#named + 1] = id
+      return
     end
-  end
+    fence = next_fence(fence)
+    redis.call('HINCRBY', M, 'used', need)
+    redis.call('ZADD', H, now + ttl, id)
+    redis.call('ZREM', Q, id)
+    redis.call('ZREM', QE, id)
+    local msg = msg_handed(from, id, fence, ttl)
+    if client_of(id) ~= from then
+      redis.call('PUBLISH', CH, msg)
+    end
+    msgs[#msgs + 1] = msg
+  end)
   if #msgs > 0 then
     redis.call('HSET', M, 'f', fence)
   end
