@@ -100,7 +100,10 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 		}
 	}
 	m.slot.Put(l, m.h.C.WD)
-	if m.cohortOn() {
+	if m.cohortOn() && m.h.C.Waits.Has(m.h.Channel) {
+		// Others of this Core wait: Locks on other handles may join the
+		// cohort (cohortRuns). Without waiters the entry would only cost
+		// memory for every held lock.
 		m.h.C.cohorts.Store(m.h.Key, m.slot)
 	}
 	if err := a.Watch(l); err != nil {
