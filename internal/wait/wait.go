@@ -30,9 +30,10 @@ import (
 // optionally only those of one kind (readers or writers of an RWMutex), or a
 // list of waiter IDs (semaphore waiters that freed permits can serve, when
 // no release granted them), or the IDs a release handed the lock or permits
-// to (kind g), whose waiters then hold without trying again (As.Handed). Each Client applies it to its own waiters. A waiter that was woken but leaves
-// without acquiring passes its wake-up on, so a cancelled waiter never
-// swallows a release that the next one needed.
+// to (kind g), whose waiters then hold without trying again (As.Handed).
+// Each Client applies it to its own waiters. A waiter that was woken but
+// leaves without acquiring passes its wake-up on, so a cancelled waiter
+// never swallows a release that the next one needed.
 
 type Reason uint8
 

@@ -83,8 +83,9 @@ func ParseToken(s string) (uint64, error) {
 }
 
 // DecodePair reads a script's {integer, text} reply: a count and a release
-// message (a semaphore's total set), or the first two fields of a releasing script's
-// reply (see engine.Handle.SettleHandover). Any other length is an error.
+// message (a semaphore's total set), or the first two fields of a releasing
+// script's reply (see engine.Handle.SettleHandover). Any other length is an
+// error.
 func DecodePair(res []any) (int64, string, error) {
 	if len(res) != 2 {
 		return 0, "", fmt.Errorf("unexpected reply %v", res)
