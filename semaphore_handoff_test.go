@@ -273,3 +273,50 @@ func TestSemaphore_GrantMessageLost_WaiterClaimsItAfterReconnecting(t *testing.T
 	require.NoError(t, q.Release(ctx))
 	assert.Equal(t, "0", rdb.HGet(ctx, key(n), "used").Val())
 }
+
+// A waiter that gives up while the grant of its permits is on its way (its
+// Client's link is slow) gives them back as it leaves the queue: the request
+// behind it is served long before the untaken grant's lease (what was left
+// of the mark, 10 s) would have run out, and every permit is counted once.
+func TestSemaphore_WaiterGivesUpWithAGrantOnItsWay_PermitsGoToTheNext(t *testing.T) {
+	e := realEnv(t)
+	rdb := e.rdb()
+	ctx := ctxTimeout(t, 30*time.Second)
+	n := name(t)
+	slow, proxy := e.proxied()
+	a, b, c := e.client(e.rdb()), e.client(slow), e.client(e.rdb())
+	holder := a.Semaphore(n)
+	require.NoError(t, holder.SetPermits(ctx, 1))
+	p, err := holder.Acquire(ctx, 1)
+	require.NoError(t, err)
+	bctx, giveUp := context.WithCancel(ctx)
+	defer giveUp()
+	bErr := make(chan error, 1)
+	go func() {
+		q, err := b.Semaphore(n).Acquire(bctx, 1)
+		if err == nil {
+			_ = q.Release(ctx)
+		}
+		bErr <- err
+	}()
+	require.Eventually(t, func() bool { return rdb.ZCard(ctx, key(n)+":q").Val() == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(b) == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond)
+	behind := queuedSemWaiter(t, ctx, rdb, c, c.Semaphore(n), n, 1, 2)
+	proxy.SetLatency(300*time.Millisecond, 300*time.Millisecond)
+	require.NoError(t, p.Release(ctx))
+	require.Equal(t, int64(1), rdb.ZCard(ctx, key(n)+":h").Val(), "the release did not grant b's request")
+	giveUp() // before the grant's message reaches b
+	require.ErrorIs(t, <-bErr, dlock.ErrNotObtained)
+	start := time.Now()
+	select {
+	case q := <-behind:
+		require.NotNil(t, q)
+		assert.Equal(t, "1", rdb.HGet(ctx, key(n), "used").Val())
+		require.NoError(t, q.Release(ctx))
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request behind waited for the untaken grant's lease")
+	}
+	t.Logf("served %v after b gave up", time.Since(start).Round(time.Millisecond))
+	assert.Equal(t, "0", rdb.HGet(ctx, key(n), "used").Val())
+}
