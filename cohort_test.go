@@ -318,7 +318,12 @@ func TestMutexCohort_LocalHoldEndsWithTheRedisLease(t *testing.T) {
 			require.NoError(t, m.Lock(ctx))
 			got := make(chan error, 1)
 			go func() { got <- w.Lock(ctx) }()
-			waitQueued(t, e, n, 1)
+			if other {
+				waitQueued(t, e, n, 1) // it tried and queued: no cohort of c had waiters at m's grant
+			} else {
+				// It waits for the local handoff, with no place in Redis.
+				require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, time.Second, time.Millisecond)
+			}
 			first := m.Token()
 			time.Sleep(100 * time.Millisecond) // the waiter's tries are in
 			// From now on renewals hang: the first one is due a second
@@ -326,8 +331,9 @@ func TestMutexCohort_LocalHoldEndsWithTheRedisLease(t *testing.T) {
 			require.NoError(t, e.rdb().Do(ctx, "CLIENT", "PAUSE", (2*timeout).Milliseconds(), "WRITE").Err())
 			defer e.rdb().Do(context.Background(), "CLIENT", "UNPAUSE")
 			time.Sleep(700 * time.Millisecond)
-			// The handoff is local; Unlock then takes the waiter's place out
-			// of the queue, a write that waits for the pause to end.
+			// The handoff is local; Unlock then takes the other handle's
+			// waiter's place out of the queue, a write that waits for the
+			// pause to end.
 			go func() { _ = m.Unlock(ctx) }()
 			for w.Token() != first+1 {
 				require.Less(t, time.Since(granted), timeout, "no local handoff")
