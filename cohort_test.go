@@ -766,54 +766,61 @@ func TestMutexCohort_PastTheTimeBound_LocalHoldsPassOnUpToTheHandoffBound(t *tes
 
 // A Lock on a fresh handle of the name, while a cohort of its Client runs
 // on another handle, waits for a local handoff without a round trip: it
-// neither tries nor queues in Redis. Within the bound they are served
-// locally, with the grant's next tokens; past the handoff bound the
-// releasing Unlock queues those left in Redis, in the same script, and they
-// are served from there. The cohort here runs as under contention: its hold
-// came by a local handoff (a grant with nobody of the Client waiting
-// records nothing for other handles to find).
+// neither tries nor queues in Redis. The cohort here runs as under
+// contention: its hold came by a local handoff while another goroutine of
+// the Client waited (the wait registry records where a cohort runs only
+// while the Client has waiters for the name). Within the bound the fresh
+// handles are served locally, with the grant's next tokens; past it the
+// releasing Unlock queues them in Redis, in the same script, and they are
+// served from there; either way at once, not after a fallback timer.
 func TestMutexCohort_FreshHandlesWhileACohortRuns_WaitLocally(t *testing.T) {
 	e := realEnv(t)
 	for _, max := range []int{4, 1} {
 		t.Run(fmt.Sprintf("bound %d", max), func(t *testing.T) {
 			n := name(t)
 			ctx := ctxTimeout(t, 20*time.Second)
-			tries, cancels := &scriptCalls{s: scripts.ExclTry}, &scriptCalls{s: scripts.ExclCancel}
-			c := e.client(e.rdb(tries, cancels))
+			tries := &scriptCalls{s: scripts.ExclTry}
+			c := e.client(e.rdb(tries))
 			mk := func() *dlock.Mutex { return c.Mutex(n, dlock.WithCohort(max, time.Minute)) }
-			h0, h := mk(), mk()
+			h0, a, b := mk(), mk(), mk()
 			require.NoError(t, h0.Lock(ctx))
 			first := h0.Token()
-			locked := make(chan error, 1)
-			go func() { locked <- h.Lock(ctx) }() // tries and queues in Redis
+			aLocked := make(chan error, 1)
+			go func() { aLocked <- a.Lock(ctx) }() // tries and queues in Redis
 			waitQueued(t, e, n, 1)
-			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			bGot := lockedToken(t, ctx, b) // queues behind a
+			waitQueued(t, e, n, 2)
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
 			require.NoError(t, h0.Unlock(ctx))
-			require.NoError(t, <-locked)
-			require.Equal(t, first+1, h.Token(), "h0's hold was not handed to h locally")
-			before, cancelled := tries.n.Load(), cancels.n.Load()
-			const waiters = 3
+			require.NoError(t, <-aLocked)
+			require.Equal(t, first+1, a.Token(), "h0's hold was not handed to a locally")
+			before := tries.n.Load()
+			const waiters = 2 // with b, three handoffs after a's: within the bound of 4
 			var got []<-chan uint64
 			for range waiters {
 				got = append(got, lockedToken(t, ctx, mk()))
 			}
-			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == waiters }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1+waiters }, 5*time.Second, time.Millisecond)
 			time.Sleep(20 * time.Millisecond) // a try would have been sent by now
 			assert.Equal(t, before, tries.n.Load(), "a Lock on a fresh handle tried in Redis while the cohort ran")
-			assert.Zero(t, e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a Lock on a fresh handle queued in Redis")
-			require.NoError(t, h.Unlock(ctx))
-			var tokens []uint64
+			assert.Equal(t, int64(1), e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a Lock on a fresh handle queued in Redis")
+			unlocked := time.Now()
+			require.NoError(t, a.Unlock(ctx))
+			tokens := []uint64{<-bGot}
 			for _, ch := range got {
 				tokens = append(tokens, <-ch)
 			}
-			slices.Sort(tokens)
+			served := time.Since(unlocked)
+			assert.Less(t, served, time.Second, "the waiters were served by a fallback timer")
 			require.NotContains(t, tokens, uint64(0))
-			if max > waiters {
+			if max > 1 {
+				// b, then the fresh handles: a's hold was the first local
+				// handoff, these the next three.
+				slices.Sort(tokens)
 				assert.Equal(t, []uint64{first + 2, first + 3, first + 4}, tokens, "not handed on locally")
 				assert.Equal(t, before, tries.n.Load(), "a local waiter tried in Redis")
-				assert.Equal(t, cancelled, cancels.n.Load(), "a local waiter had a place in Redis to cancel")
 			} else {
-				assert.Greater(t, tokens[0], first+uint64(max), "served past the handoff bound without Redis")
+				assert.NotEqual(t, first+2, tokens[0], "b was handed a's hold past the handoff bound")
 			}
 			assert.Zero(t, e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a place was left in Redis")
 		})

@@ -54,9 +54,9 @@ func (m *Mutex) Name() string { return m.h.Name }
 // joins the lock's queue in Redis and waits, without polling, for a release
 // to hand it the lock: waiters are served in arrival order, whichever Client
 // they wait on, and a handed-over lock needs no further round trip. A Lock
-// called while the handle itself holds the lock may first be handed the hold
-// in-process, within the cohort's bound (WithCohort; WithoutCohort turns
-// this off).
+// called while a goroutine of the same Client holds the lock may first be
+// handed the hold in-process, within the cohort's bound (WithCohort;
+// WithoutCohort turns this off).
 func (m *Mutex) Lock(ctx context.Context) error { return m.lock(ctx, "dlock.Mutex.Lock", "lock") }
 
 // lock is Lock for a call of op (its errors name op) recorded as spanName.

@@ -311,11 +311,13 @@ const (
 // Redis granted it with nobody queued, the Client has been subscribed to
 // the lock's channel since before that grant, and no waiter that this
 // Client would not serve has queued since (each such waiter's try
-// announces itself on the channel; one still on its way there is missed). The bounds are those of the
-// handle that hands the hold on. A Lock called while the handle holds the
-// lock waits for such a handoff without a round trip (on another handle it
-// first queues in Redis, then is served locally in its turn); when the
-// cohort ends first, it queues in Redis, behind the waiters already there.
+// announces itself on the channel; one still on its way there is missed).
+// The bounds are those of the handle that hands the hold on. A Lock called
+// while the handle holds the lock, or on another cohorting handle while a
+// cohort of the Client runs and others of it wait, waits for such a handoff
+// without a round trip; when the cohort ends first, it queues in Redis,
+// behind the waiters already there. Otherwise a Lock on another handle
+// first queues in Redis, then is served locally in its turn.
 // So a waiter on another Client is served after at most maxHandoffs local
 // handoffs of each Redis grant ahead of it in the queue: FIFO across
 // Clients holds within that bound. Under contention this

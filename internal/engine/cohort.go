@@ -19,7 +19,8 @@ import (
 // c.Mutex(name).Lock per call cohorts as a shared handle does.
 //
 // A Lock on any cohorting handle of the name while a cohort of its Client
-// runs (Core.cohorts says where) waits for a local handoff only
+// runs (the wait registry records where, while its Client has waiters for
+// the name) waits for a local handoff only
 // (wait.As.Local), without a round trip: it has no place in the queue in
 // Redis. If the cohort ends first, the Unlock that releases to Redis queues
 // it there in the same script, in local arrival order, and wakes it to start
@@ -73,6 +74,7 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 	}
 	c := m.h.C
 	var place string
+	var to *Slot
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
@@ -88,12 +90,13 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 		// As keep does; an older hold of the handle cannot be there while
 		// l held the lock.
 		wm.slot.Put(nl, c.WD)
-		c.cohorts.Store(wm.h.Key, wm.slot)
+		to = wm.slot
 		return nl
 	})
 	if w == nil {
 		return "", false
 	}
+	c.Waits.SetCohort(m.h.Channel, m.h.Key, to)
 	runtime.Gosched() // let the new holder run, as handedTo does
 	return place, true
 }
@@ -102,11 +105,12 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 // cohort, on m's handle or on another: a Lock then waits for a local
 // handoff only (see the top of this file).
 func (m *Mutex) cohortRuns() bool {
-	if m.slot.inCohort() {
+	wd := m.h.C.WD
+	if m.slot.inLiveCohort(wd) {
 		return true
 	}
-	s, ok := m.h.C.cohorts.Load(m.h.Key)
-	return ok && s.(*Slot).inCohort()
+	s, _ := m.h.C.Waits.CohortAt(m.h.Channel, m.h.Key).(*Slot)
+	return s != nil && s.inLiveCohort(wd)
 }
 
 // nobodyElseWaits reports whether, as far as the Core can tell, nobody its

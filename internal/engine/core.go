@@ -60,12 +60,6 @@ type Core struct {
 	outage   *lease.Outage
 
 	holds holdTable // counted holds and owner gates (holds.go)
-	// cohorts maps a lock's key to the Slot of the cohorting Mutex handle
-	// that last took a hold of it on this Core while others of the Core
-	// waited for it, or by a local handoff (cohort.go): a Lock on any handle
-	// of the key waits for a local handoff while that Slot's hold is in a
-	// cohort.
-	cohorts sync.Map
 
 	noted     sync.Map      // keys FirstTime has seen
 	waiterSeq atomic.Uint64 // numbers waiters that have no ID of their own

@@ -102,9 +102,11 @@ func (s *Slot) Put(l *lease.Hold, w *lease.Watchdog) {
 	}
 }
 
-// inCohort reports whether the current hold is in a cohort (see cohort.go).
-func (s *Slot) inCohort() bool {
+// inLiveCohort reports whether the current hold is in a cohort (see
+// cohort.go) and still held: not lost, released or handed over.
+func (s *Slot) inLiveCohort(wd *lease.Watchdog) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.hold != nil && s.hold.Cohort.End > 0
+	l := s.hold
+	s.mu.Unlock()
+	return l != nil && l.Cohort.End > 0 && wd.IsHeld(&l.Lease)
 }

@@ -100,11 +100,9 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 		}
 	}
 	m.slot.Put(l, m.h.C.WD)
-	if m.cohortOn() && m.h.C.Waits.Has(m.h.Channel) {
-		// Others of this Core wait: Locks on other handles may join the
-		// cohort (cohortRuns). Without waiters the entry would only cost
-		// memory for every held lock.
-		m.h.C.cohorts.Store(m.h.Key, m.slot)
+	if m.cohortOn() {
+		// Locks on other handles may join the cohort (cohortRuns).
+		m.h.C.Waits.SetCohort(m.h.Channel, m.h.Key, m.slot)
 	}
 	if err := a.Watch(l); err != nil {
 		m.slot.TakeIf(l)
@@ -159,7 +157,7 @@ func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 		// of other Clients, in their order, in the release's own script
 		// (and so ahead of the caller should it lock again); then they are
 		// woken to take their places (cohort.go).
-		c.cohorts.CompareAndDelete(m.h.Key, m.slot)
+		c.Waits.ClearCohort(m.h.Channel, m.slot)
 		local, enqueue = c.Waits.EndCohort(m.h.Channel, m.h.Key)
 		if hook := c.Hooks.BeforeCohortRelease; hook != nil && len(local) > 0 {
 			hook()

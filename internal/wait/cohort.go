@@ -10,8 +10,8 @@ import (
 
 // EndCohort returns the waiters of channel that wait for a local handoff
 // only, and their places, in arrival order: the cohort releases to Redis,
-// whose script queues them there; wakeEnded then wakes them to try, which
-// keeps their places and starts their marks. They may wait on any handle of
+// whose script queues them there; WakeEnded then wakes them to start their
+// marks (or, if the script did not queue them, to try). They may wait on any handle of
 // the name: one that ran the cohort earlier and passed it on leaves its
 // local waiters to the cohort's next holders.
 func (r *Registry) EndCohort(channel, key string) (ws []*Waiter, places []string) {
@@ -67,11 +67,56 @@ func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []
 }
 
 // StillLocal reports whether w still waits for a local handoff only: no
-// try of its own, and no release queued it in Redis.
+// try of its own, and no release queued it in Redis. If so, the wake-up w
+// just received is spent (as Attempt spends one), so that counted wake-ups
+// reach it and its Leave passes on nothing.
 func (r *Registry) StillLocal(w *Waiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if w.local {
+		w.woken = false
+	}
 	return w.local
+}
+
+// SetCohort records that a cohort of lock key runs at at (the engine's
+// hold slot), while channel has waiters: Locks on other handles of key then
+// find it (CohortAt). Without waiters it records nothing, and the record
+// goes with the channel's last waiter, so it costs nothing per held lock.
+func (r *Registry) SetCohort(channel, key string, at any) {
+	if r.count.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		q.cohortKey, q.cohortAt = key, at
+	}
+}
+
+// CohortAt returns what SetCohort last recorded for channel and key, or nil.
+func (r *Registry) CohortAt(channel, key string) any {
+	if r.count.Load() == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil && q.cohortKey == key {
+		return q.cohortAt
+	}
+	return nil
+}
+
+// ClearCohort forgets channel's record if it is at.
+func (r *Registry) ClearCohort(channel string, at any) {
+	if r.count.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil && q.cohortAt == at {
+		q.cohortKey, q.cohortAt = "", nil
+	}
 }
 
 // QueuedAt returns when the release that queued w was sent.

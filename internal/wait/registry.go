@@ -14,7 +14,14 @@ import (
 // one FIFO queue per channel, and the wake-ups that the wait protocol (see
 // wait.go) and the release messages deliver to them.
 
-type queue struct{ head, tail *Waiter }
+type queue struct {
+	head, tail *Waiter
+	// cohortKey and cohortAt: where a cohort of this Core runs for lock
+	// cohortKey (the engine's hold slot), while the channel has waiters
+	// (SetCohort). It goes with the channel's last waiter.
+	cohortKey string
+	cohortAt  any
+}
 
 // waitRegistry holds the local waiters of every channel, in arrival order.
 type Registry struct {
