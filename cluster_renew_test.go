@@ -341,8 +341,13 @@ func TestCluster_Renewals_SlotMigratedMidHold_MovedHoldsStillRenewed(t *testing.
 	for _, n := range moving {
 		locks = append(locks, c.Mutex(n))
 	}
-	for i := range 100 {
-		locks = append(locks, c.Mutex(fmt.Sprintf("%s-b%d", name(t), i)))
+	for i := 0; len(locks) < len(moving)+100; i++ {
+		// Bystanders stay out of the moving slot: one in it would be left
+		// behind on the old node (only the moving keys migrate), and lost
+		// (CI: 1 of 100 did, about 1 run in 160).
+		if n := fmt.Sprintf("%s-b%d", name(t), i); dlock.KeySlot(key(n)) != slot {
+			locks = append(locks, c.Mutex(n))
+		}
 	}
 	lockAll(t, ctx, locks)
 
