@@ -3,7 +3,6 @@ package dlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -378,16 +377,6 @@ func TestRelease_HandoffPath_LeavesWhatTheSlowPathLeaves(t *testing.T) {
 	rdb := e.rdb()
 	ctx := ctxTimeout(t, 20*time.Second)
 	a, b := e.client(e.rdb()), e.client(e.rdb())
-	purges := func() int64 {
-		for line := range strings.Lines(rdb.Info(ctx, "commandstats").Val()) {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_zrangebyscore:calls="); ok {
-				c, err := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-				require.NoError(t, err)
-				return c
-			}
-		}
-		return 0
-	}
 	type handle struct {
 		lock, unlock func() error
 		token        func() uint64
@@ -427,11 +416,11 @@ func TestRelease_HandoffPath_LeavesWhatTheSlowPathLeaves(t *testing.T) {
 			require.NoError(t, rdb.ZAdd(ctx, ks[1], redis.Z{Score: 1, Member: "0:dead.x"}).Err())
 			require.NoError(t, rdb.ZAdd(ctx, ks[2], redis.Z{Score: 1, Member: "0:dead.x"}).Err())
 		}
-		before := purges()
+		before := cmdCalls(t, rdb, "zrangebyscore")
 		require.NoError(t, h.unlock())
 		require.NoError(t, <-got)
 		var o outcome
-		o.purged = purges() > before
+		o.purged = cmdCalls(t, rdb, "zrangebyscore") > before
 		tok := w.token()
 		fields, err := rdb.HGetAll(ctx, key(n)).Result()
 		require.NoError(t, err)
@@ -483,13 +472,7 @@ func TestRelease_HandoffPath_ForeignQueueKey_NamedNothingWritten(t *testing.T) {
 			}
 			bad := key(n) + q.suffix
 			require.NoError(t, rdb.RPush(ctx, bad, "x").Err())
-			before := snapshot(t, ctx, rdb, n)
-			err := m.Unlock(ctx)
-			require.Error(t, err)
-			assert.ErrorIs(t, err, dlock.ErrInvalid)
-			assert.Contains(t, err.Error(), fmt.Sprintf("%q", bad), "the error names the bad key")
-			assert.Contains(t, err.Error(), q.found)
-			assert.Equal(t, before, snapshot(t, ctx, rdb, n), "a refused Unlock wrote")
+			refusedNamingKey(t, ctx, rdb, n, bad, q.found, func() error { return m.Unlock(ctx) })
 		})
 	}
 }

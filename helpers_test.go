@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +238,30 @@ func pubsubConns(t *testing.T, rdb *redis.Client) int {
 	list, err := rdb.Do(context.Background(), "client", "list", "type", "pubsub").Text()
 	require.NoError(t, err)
 	return len(strings.Fields(strings.ReplaceAll(strings.TrimSpace(list), " ", "_")))
+}
+
+// scriptCalls counts the calls of one script a go-redis client sends.
+type scriptCalls struct {
+	s *redis.Script
+	n atomic.Int64
+}
+
+func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if isScript(cmd, h.s) {
+				h.n.Add(1)
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd, h.s) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }

@@ -109,6 +109,20 @@ var kindOps = []kindOp{
 
 // snapshot is every key of a primitive: its DUMP and whether it has an
 // expiry, by key.
+// refusedNamingKey checks that call, made with bad (a key of lock n)
+// holding something of another type (found), fails with ErrInvalid naming
+// bad and what it holds, and writes nothing.
+func refusedNamingKey(t *testing.T, ctx context.Context, rdb *redis.Client, n, bad, found string, call func() error) {
+	t.Helper()
+	before := snapshot(t, ctx, rdb, n)
+	err := call()
+	require.Error(t, err)
+	assert.ErrorIs(t, err, dlock.ErrInvalid)
+	assert.Contains(t, err.Error(), fmt.Sprintf("%q", bad), "the error names the bad key")
+	assert.Contains(t, err.Error(), found)
+	assert.Equal(t, before, snapshot(t, ctx, rdb, n), "a refused call wrote")
+}
+
 func snapshot(t *testing.T, ctx context.Context, rdb *redis.Client, n string) map[string]string {
 	t.Helper()
 	keys, err := rdb.Keys(ctx, key(n)+"*").Result()
@@ -206,17 +220,14 @@ func TestKinds_ForeignKeysRefusedAtOnceNothingWritten(t *testing.T) {
 				}
 				bad := key(n) + tc.suffix
 				require.NoError(t, tc.put(ctx, bad))
-				before := snapshot(t, ctx, rdb, n)
 				octx, cancel := context.WithTimeout(ctx, 2*time.Second)
 				defer cancel()
-				start := time.Now()
-				err := ops[opName].run(octx, c, n)
-				require.Error(t, err)
-				assert.ErrorIs(t, err, dlock.ErrInvalid)
-				assert.Less(t, time.Since(start), 500*time.Millisecond, "not at once")
-				assert.Contains(t, err.Error(), fmt.Sprintf("%q", bad), "the error names the bad key")
-				assert.Contains(t, err.Error(), tc.found)
-				assert.Equal(t, before, snapshot(t, ctx, rdb, n), "a refused call wrote")
+				refusedNamingKey(t, ctx, rdb, n, bad, tc.found, func() error {
+					start := time.Now()
+					err := ops[opName].run(octx, c, n)
+					assert.Less(t, time.Since(start), 500*time.Millisecond, "not at once")
+					return err
+				})
 			})
 		}
 	}

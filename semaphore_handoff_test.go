@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,29 +15,27 @@ import (
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// scriptCalls counts the calls of one script a go-redis client sends.
-type scriptCalls struct {
-	s *redis.Script
-	n atomic.Int64
+// allPermitsHeld sets semaphore n's total on c and takes every permit.
+func allPermitsHeld(t *testing.T, ctx context.Context, c *dlock.Client, n string, total int) (*dlock.Semaphore, *dlock.Permit) {
+	t.Helper()
+	s := c.Semaphore(n)
+	require.NoError(t, s.SetPermits(ctx, total))
+	p, err := s.Acquire(ctx, total)
+	require.NoError(t, err)
+	return s, p
 }
 
-func (h *scriptCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if isScript(cmd, h.s) {
-				h.n.Add(1)
-			}
-		}
-		return next(ctx, cmds)
-	}
-}
-func (h *scriptCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isScript(cmd, h.s) {
-			h.n.Add(1)
-		}
-		return next(ctx, cmd)
+// servedWithin returns the permit got delivers, failing the test as what
+// when it takes longer than d.
+func servedWithin(t *testing.T, got <-chan *dlock.Permit, d time.Duration, what string) *dlock.Permit {
+	t.Helper()
+	select {
+	case q := <-got:
+		require.NotNil(t, q)
+		return q
+	case <-time.After(d):
+		t.Fatal(what)
+		return nil
 	}
 }
 
@@ -82,20 +79,11 @@ func TestSemaphore_Release_GrantsTheQueuedRequest_WaiterTakesItWithoutATry(t *te
 	n := name(t)
 	tries := &scriptCalls{s: scripts.SemTry}
 	a, b := e.client(e.rdb()), e.client(e.rdb(tries))
-	holder := a.Semaphore(n)
-	require.NoError(t, holder.SetPermits(ctx, 2))
-	p, err := holder.Acquire(ctx, 2)
-	require.NoError(t, err)
+	_, p := allPermitsHeld(t, ctx, a, n, 2)
 	got := queuedSemWaiter(t, ctx, rdb, b, b.Semaphore(n), n, 2, 1)
 	before := tries.n.Load()
 	require.NoError(t, p.Release(ctx))
-	var q *dlock.Permit
-	select {
-	case q = <-got:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not served")
-	}
-	require.NotNil(t, q)
+	q := servedWithin(t, got, 5*time.Second, "the waiter was not served")
 	assert.Equal(t, before, tries.n.Load(), "the waiter tried again instead of taking the grant")
 	assert.Equal(t, 2, q.Count())
 	assert.Greater(t, q.Token(), p.Token())
@@ -120,10 +108,7 @@ func TestSemaphore_Release_FixedLeaseWaiter_ClaimsTheGrantWithItsLease(t *testin
 	n := name(t)
 	tries := &scriptCalls{s: scripts.SemTry}
 	a, b := e.client(e.rdb()), e.client(e.rdb(tries))
-	holder := a.Semaphore(n)
-	require.NoError(t, holder.SetPermits(ctx, 3))
-	p, err := holder.Acquire(ctx, 3)
-	require.NoError(t, err)
+	holder, p := allPermitsHeld(t, ctx, a, n, 3)
 	got := queuedSemWaiter(t, ctx, rdb, b, b.Semaphore(n, dlock.WithPermitLease(2*time.Second)), n, 2, 1)
 	before := tries.n.Load()
 	require.NoError(t, p.Release(ctx))
@@ -171,13 +156,8 @@ func TestSemaphore_GrantedRequestCancelled_PermitsGoBack(t *testing.T) {
 	keys := []string{k, k + ":h", k + ":c", k + ":q", k + ":qe", k + ":ch"}
 	require.NoError(t, scripts.SemCancel.Run(ctx, rdb, keys, gone, "gone").Err())
 	assert.Zero(t, rdb.ZScore(ctx, k+":h", gone).Val(), "the cancelled grant still holds")
-	select {
-	case q := <-behind:
-		require.NotNil(t, q)
-		require.NoError(t, q.Release(ctx))
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request behind was not served when the grant came back")
-	}
+	q := servedWithin(t, behind, 5*time.Second, "the request behind was not served when the grant came back")
+	require.NoError(t, q.Release(ctx))
 	assert.Equal(t, "0", rdb.HGet(ctx, k, "used").Val())
 }
 
@@ -247,10 +227,7 @@ func TestSemaphore_GrantMessageLost_WaiterClaimsItAfterReconnecting(t *testing.T
 	tries := &scriptCalls{s: scripts.SemTry}
 	proxied, proxy := e.proxied(tries)
 	a, b := e.client(e.rdb()), e.client(proxied)
-	holder := a.Semaphore(n)
-	require.NoError(t, holder.SetPermits(ctx, 2))
-	p, err := holder.Acquire(ctx, 2)
-	require.NoError(t, err)
+	_, p := allPermitsHeld(t, ctx, a, n, 2)
 	got := queuedSemWaiter(t, ctx, rdb, b, b.Semaphore(n), n, 2, 1)
 	proxy.Partition()
 	require.NoError(t, p.Release(ctx))
@@ -258,13 +235,8 @@ func TestSemaphore_GrantMessageLost_WaiterClaimsItAfterReconnecting(t *testing.T
 	before := tries.n.Load()
 	proxy.DropAll() // the message dies with the connection
 	proxy.Heal()
-	var q *dlock.Permit
-	select {
-	case q = <-got:
-	case <-time.After(5 * time.Second): // the grant's own lease (what was left of the mark) is 10 s
-		t.Fatal("the waiter did not take its grant soon after reconnecting")
-	}
-	require.NotNil(t, q)
+	// The grant's own lease (what was left of the mark) is 10 s.
+	q := servedWithin(t, got, 5*time.Second, "the waiter did not take its grant soon after reconnecting")
 	assert.Greater(t, tries.n.Load(), before, "the waiter took a grant whose message was lost without a try")
 	assert.Equal(t, "2", rdb.HGet(ctx, key(n), "used").Val(), "the permits were taken twice")
 	assert.Equal(t, strconv.FormatUint(q.Token(), 10), rdb.HGet(ctx, key(n), "f").Val())
@@ -285,10 +257,7 @@ func TestSemaphore_WaiterGivesUpWithAGrantOnItsWay_PermitsGoToTheNext(t *testing
 	n := name(t)
 	slow, proxy := e.proxied()
 	a, b, c := e.client(e.rdb()), e.client(slow), e.client(e.rdb())
-	holder := a.Semaphore(n)
-	require.NoError(t, holder.SetPermits(ctx, 1))
-	p, err := holder.Acquire(ctx, 1)
-	require.NoError(t, err)
+	_, p := allPermitsHeld(t, ctx, a, n, 1)
 	bctx, giveUp := context.WithCancel(ctx)
 	defer giveUp()
 	bErr := make(chan error, 1)
@@ -309,14 +278,9 @@ func TestSemaphore_WaiterGivesUpWithAGrantOnItsWay_PermitsGoToTheNext(t *testing
 	giveUp() // before the grant's message reaches b
 	require.ErrorIs(t, <-bErr, dlock.ErrNotObtained)
 	start := time.Now()
-	select {
-	case q := <-behind:
-		require.NotNil(t, q)
-		assert.Equal(t, "1", rdb.HGet(ctx, key(n), "used").Val())
-		require.NoError(t, q.Release(ctx))
-	case <-time.After(5 * time.Second):
-		t.Fatal("the request behind waited for the untaken grant's lease")
-	}
+	q := servedWithin(t, behind, 5*time.Second, "the request behind waited for the untaken grant's lease")
+	assert.Equal(t, "1", rdb.HGet(ctx, key(n), "used").Val())
+	require.NoError(t, q.Release(ctx))
 	t.Logf("served %v after b gave up", time.Since(start).Round(time.Millisecond))
 	assert.Equal(t, "0", rdb.HGet(ctx, key(n), "used").Val())
 }
