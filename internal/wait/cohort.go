@@ -66,11 +66,11 @@ func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []
 	return gone
 }
 
-// StillLocal reports whether w still waits for a local handoff only: no
-// try of its own, and no release queued it in Redis. If so, the wake-up w
-// just received is spent (as Attempt spends one), so that counted wake-ups
-// reach it and its Leave passes on nothing.
-func (r *Registry) StillLocal(w *Waiter) bool {
+// IgnoreIfLocal reports whether w still waits for a local handoff only (no
+// try of its own, and no release queued it in Redis), and if so spends the
+// wake-up w just received, as Attempt spends one: counted wake-ups then
+// reach it, and its Leave passes on nothing.
+func (r *Registry) IgnoreIfLocal(w *Waiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w.local {

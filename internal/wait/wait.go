@@ -216,7 +216,7 @@ func (l *Loop) Wait(ctx context.Context, op, name, channel string, as As, left t
 			if why == WakeClosed {
 				return errs.ClosedOp(op, name)
 			}
-			if why == WakeSubscribed && l.Reg.StillLocal(w) {
+			if why == WakeSubscribed && l.Reg.IgnoreIfLocal(w) {
 				// A waiter for a local handoff has no place in Redis that a
 				// release missed before the confirmation could concern.
 				retry = false
