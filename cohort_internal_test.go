@@ -116,3 +116,81 @@ func TestMutexCohort_WaiterCancelledWhileReleaseQueuesIt_LeavesNoPlaceInRedis(t 
 	require.NoError(t, m.Unlock(context.Background()))
 	requireFreeWithEmptyQueue(t, c, m)
 }
+
+// A goroutine waiting for a local handoff of a cohort hold that is lost
+// tries in Redis at once, not at its handle's time bound (a minute here):
+// nothing will hand it that hold. The holder learns of its loss first.
+func TestMutexCohort_HoldLost_LocalWaiterTriesAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
+	subscribed(t, c, m)
+	require.NoError(t, m.Lock(ctx))
+	lost := m.Lost()
+	done := make(chan error, 1)
+	go func() { done <- m.Lock(ctx) }() // waits locally: the cohort runs
+	require.Eventually(t, func() bool { return c.core.Waits.Len() == 1 }, 5*time.Second, time.Millisecond)
+
+	// The hold is lost, and its Client learns of it at once: its own
+	// ForceUnlock reports it so (a renewal that finds it gone does the
+	// same, a renewal period later).
+	released, err := m.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, released)
+	forced := time.Now()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		require.Less(t, time.Since(forced), 2*time.Second, "the local waiter waited for its time bound")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the local waiter was not served after the cohort's hold was lost")
+	}
+	select {
+	case <-lost:
+	default:
+		t.Fatal("the waiter holds, and the lost holder was not told")
+	}
+	require.NoError(t, m.Unlock(ctx))
+	requireFreeWithEmptyQueue(t, c, m)
+}
+
+// A Lock that found a cohort running, and joins the registry to wait for a
+// local handoff only after the cohort's last Unlock released the lock in
+// Redis (which queued the local waiters it found), tries at once, not at
+// its handle's time bound (a minute here).
+func TestMutexCohort_CohortEndsBeforeTheLocalWaiterJoins_ItTriesAtOnce(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
+	subscribed(t, c, m)
+	require.NoError(t, m.Lock(ctx))
+	paused, resume := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.core.Hooks.BeforeLocalWait = func() {
+		once.Do(func() {
+			close(paused)
+			<-resume
+		})
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Lock(ctx) }() // finds the cohort running
+	<-paused
+	require.NoError(t, m.Unlock(ctx)) // nobody in the registry yet: released in Redis
+	unlocked := time.Now()
+	close(resume)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+		require.Less(t, time.Since(unlocked), 2*time.Second, "the waiter waited for its time bound")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter was not served after the cohort ended")
+	}
+	require.NoError(t, m.Unlock(ctx))
+	requireFreeWithEmptyQueue(t, c, m)
+}

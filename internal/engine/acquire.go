@@ -103,6 +103,9 @@ func (a *Acquisition) Run() (_ bool, err error) {
 		}
 		left = l
 	}
+	if hook := c.Hooks.BeforeLocalWait; hook != nil && a.As.Local {
+		hook()
+	}
 	err = c.Loop.Wait(a.Ctx, a.Op, a.H.Name, a.H.Channel, a.As, left, func() (bool, time.Duration, error) {
 		ok, left, err := a.p.Try(a)
 		warm(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Lock cohorting (WithCohort): a Mutex handle that holds the lock, while
@@ -25,8 +26,12 @@ import (
 // Redis. If the cohort ends first, the Unlock that releases to Redis queues
 // it there in the same script, in local arrival order, and wakes it to start
 // its waiting mark (wait.WakeQueued); after the cohort's time bound at the latest
-// it tries and queues on its own. Other waiters wait as every Mutex waiter
-// does, queued in Redis.
+// it tries and queues on its own. It looks again once it has joined the
+// registry (joinedCohort), and tries at once if the cohort ended in
+// between: that cohort's release found no such waiter to queue. A cohort
+// hold that is lost ends the cohort as well (Core.cohortLost): its local
+// waiters try at once. Other waiters wait as every Mutex waiter does,
+// queued in Redis.
 //
 // A local handoff picks the first cohorting waiter of the name in this
 // Client's registry (arrival order), makes it a new hold of its own on the
@@ -111,6 +116,28 @@ func (m *Mutex) cohortRuns() bool {
 	}
 	s, _ := m.h.C.Waits.CohortAt(m.h.Channel, m.h.Key).(*Slot)
 	return s != nil && s.inLiveCohort(wd)
+}
+
+// joinedCohort is a local waiter's look at the cohort it waits for, once it
+// has joined the registry (wait.As.CohortRuns): whether it still runs. A
+// cohort found on m's own handle is recorded for the lock's name then
+// (SetCohort records only while waiters exist), so that a ForceUnlock
+// elsewhere finds its hold (forcedElsewhere).
+func (m *Mutex) joinedCohort() bool {
+	c := m.h.C
+	if m.slot.inLiveCohort(c.WD) {
+		c.Waits.SetCohort(m.h.Channel, m.h.Key, m.slot)
+		return true
+	}
+	return m.cohortRuns()
+}
+
+// cohortLost ends the cohort of l, a Mutex hold just lost: the goroutines
+// of this Core waiting for a local handoff of the lock try in Redis now,
+// rather than at their handle's time bound.
+func (c *Core) cohortLost(l *lease.Hold) {
+	ws, _ := c.Waits.EndCohort(wire.ChannelOf(l.Key), l.Key)
+	c.Waits.WakeEnded(ws, false, time.Time{})
 }
 
 // nobodyElseWaits reports whether, as far as the Core can tell, nobody its

@@ -72,6 +72,7 @@ type Core struct {
 // reaches the point.
 type Hooks struct {
 	BeforeCohortRelease func() // Mutex release: a cohort's local waiters were queued for the releasing script
+	BeforeLocalWait     func() // Mutex Lock: it found a cohort running, and is about to wait for a local handoff
 }
 
 // New returns the Core of a Client on rdb. err, when not nil, is bad input
@@ -99,6 +100,7 @@ func New(rdb redis.UniversalClient, cfg Config, tel *telemetry.Telemetry, id str
 	c.renewals = lease.NewRenewals(rdb)
 	c.outage = &lease.Outage{Log: cfg.Logger}
 	c.WD = lease.NewWatchdog(cfg.Watchdog, c.renewals.Send, c.cluster, c.Tel, c.outage)
+	c.WD.CohortLost = c.cohortLost
 	c.Loop = &wait.Loop{Reg: c.Waits, Hub: c.hub, Tel: c.Tel, Timeout: cfg.Watchdog}
 	return c
 }

@@ -142,6 +142,9 @@ func (l *Hold) report(w *Watchdog, state leaseState, cause error) {
 		// A shutdown is not a loss: the holder is told, nothing is counted.
 		w.tel.HoldEnded(l.Kind, l.Name, l.Acquired, telemetry.ResultClosed)
 	default:
+		if l.Cohort.End > 0 && w.CohortLost != nil {
+			w.CohortLost(l)
+		}
 		w.tel.HoldEnded(l.Kind, l.Name, l.Acquired, telemetry.ResultLost)
 		w.tel.HoldLost(l.Kind, l.Name, l.Origin, cause)
 		w.log.Warn("dlock: hold lost", "name", l.Name, "key", l.Key, "holder", l.Spec.ID, "client", wire.ClientNameOf(l.Spec.ID), "cause", cause.Error())

@@ -54,6 +54,12 @@ type Watchdog struct {
 	log     *slog.Logger
 	outage  *Outage // logs an outage once, not every renewal that meets it
 
+	// CohortLost, when set (before any lease is added), is called when a
+	// hold in a cohort (Cohort.End > 0) is lost, after the watchdog's mutex
+	// is released: its Client's goroutines waiting for a local handoff of
+	// it must then try in Redis. Not on Close, which wakes them itself.
+	CohortLost func(l *Hold)
+
 	mu        sync.Mutex
 	deadlines leaseHeap          // every lease, earliest deadline first
 	due       map[int64][]*Lease // renewable leases by the tick of their next renewal

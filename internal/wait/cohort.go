@@ -66,6 +66,19 @@ func (r *Registry) WakeEnded(ws []*Waiter, queued bool, sent time.Time) (gone []
 	return gone
 }
 
+// StopLocal makes w, which joined to wait for a local handoff only, a
+// waiter that tries in Redis, unless a local handoff or the cohort's end
+// reached it already. It reports whether it did.
+func (r *Registry) StopLocal(w *Waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !w.local || w.grant != nil {
+		return false
+	}
+	w.local = false
+	return true
+}
+
 // IgnoreIfLocal reports whether w still waits for a local handoff only (no
 // try of its own, and no release queued it in Redis), and if so spends the
 // wake-up w just received, as Attempt spends one: counted wake-ups then

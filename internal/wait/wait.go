@@ -102,6 +102,11 @@ type As struct {
 	// cohort ends.
 	Local    bool
 	LocalFor time.Duration
+	// CohortRuns, for a Local waiter, reports whether the cohort it waits
+	// for still runs. The waiter asks once it has joined the registry, and
+	// tries in Redis when it does not: the cohort may have ended (and
+	// queued its local waiters) between the caller's look and the join.
+	CohortRuns func() bool
 	// Queued, when set, records that the end of the cohort queued the
 	// waiter in Redis, by a release sent at the time given: the waiter then
 	// keeps its place with a waiting mark, without trying. An error ends
@@ -134,6 +139,9 @@ func (l *Loop) Wait(ctx context.Context, op, name, channel string, as As, left t
 	w, err := l.Reg.Join(channel, as)
 	if err != nil {
 		return errs.FromWait(op, name, err)
+	}
+	if as.Local && as.CohortRuns != nil && !as.CohortRuns() && l.Reg.StopLocal(w) {
+		as.Local = false
 	}
 	// The subscription is the Client's, not the caller's: a deadline in ctx
 	// must not cut a write on the shared connection short.
