@@ -826,3 +826,62 @@ func TestMutexCohort_FreshHandlesWhileACohortRuns_WaitLocally(t *testing.T) {
 		})
 	}
 }
+
+// Another Client's ForceUnlock takes a cohort's hold away. The holder's
+// Client, subscribed to the lock's channel while its goroutines wait,
+// reports the hold lost at once (not at its next renewal, a third of the
+// watchdog timeout later), and hands nothing on locally: its waiter, on
+// another handle, holds only after the holder was told, by a grant from
+// Redis.
+func TestMutexCohort_ForceUnlockElsewhere_HolderToldAtOnce_NothingHandedLocally(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	mk := func() *dlock.Mutex { return c.Mutex(n, dlock.WithCohort(4, time.Minute)) }
+	m := mk()
+	require.NoError(t, m.Lock(ctx))
+	first, lost := m.Token(), m.Lost()
+	// A waiter on m's handle finds the cohort there, and records it for
+	// the name; then one on a fresh handle finds it by the name, and the
+	// first leaves.
+	firstCtx, leave := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- m.Lock(firstCtx) }()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	b := mk()
+	type served struct {
+		token uint64
+		told  bool // the holder knew of its loss when the waiter returned
+	}
+	got := make(chan served, 1)
+	go func() {
+		assert.NoError(t, b.Lock(ctx)) // waits locally: the cohort runs
+		s := served{token: b.Token()}
+		select {
+		case <-lost:
+			s.told = true
+		default:
+		}
+		got <- s
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
+	leave()
+	require.ErrorIs(t, <-left, dlock.ErrNotObtained)
+	require.Eventually(t, func() bool { return dlock.ChannelConfirmed(c, m) }, 5*time.Second, time.Millisecond)
+	assert.Zero(t, e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a local waiter queued in Redis")
+
+	released, err := e.client(e.rdb()).Mutex(n).ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, released)
+	within(t, lost, time.Second, "the holder's loss")
+	select {
+	case s := <-got:
+		assert.True(t, s.told, "the waiter held before the holder was told of its loss")
+		assert.Greater(t, s.token, first+dlock.DefaultCohortHandoffs, "the lost hold was handed on locally, or its reserved tokens reused")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not served after the force")
+	}
+	require.NoError(t, b.Unlock(ctx))
+	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost, "the lost hold's Unlock")
+}

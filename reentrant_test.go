@@ -259,3 +259,46 @@ func TestReentrantMutex_SharedHandleWithoutOwner_NeverTwoHolders(t *testing.T) {
 	require.NoError(t, own.Unlock(ctx))
 	require.NoError(t, own.Unlock(ctx))
 }
+
+// Another Client's ForceUnlock takes an owner's hold away and hands the
+// lock to the next owner, queued on the same Client: that Client, which
+// is subscribed for its waiter, tells the first owner of its loss before
+// the next one holds, instead of at the first owner's next renewal.
+func TestReentrantMutex_ForceUnlockElsewhere_LosingOwnerToldBeforeTheNextHolds(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	c := e.client(e.rdb())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	o1, o2 := dlock.WithOwner(ctx, "one"), dlock.WithOwner(ctx, "two")
+	r := c.ReentrantMutex(n)
+	require.NoError(t, r.Lock(o1))
+	require.NoError(t, r.Lock(o1))
+	lost := r.Lost(o1)
+	second := make(chan bool, 1)
+	go func() {
+		err := r.Lock(o2)
+		assert.NoError(t, err)
+		select {
+		case <-lost:
+			second <- true
+		default:
+			second <- false
+		}
+	}()
+	waitQueued(t, e, n, 1)
+	require.Eventually(t, func() bool { return dlock.ChannelConfirmed(c, c.Mutex(n)) }, 5*time.Second, time.Millisecond)
+
+	released, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, released)
+	within(t, lost, time.Second, "the first owner's loss")
+	select {
+	case told := <-second:
+		assert.True(t, told, "the next owner held before the first was told of its loss")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the next owner was not handed the lock")
+	}
+	assert.ErrorIs(t, r.Unlock(o1), dlock.ErrLost)
+	require.NoError(t, r.Unlock(o2))
+}

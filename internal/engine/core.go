@@ -2,9 +2,11 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/coalesce"
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/telemetry"
@@ -181,7 +184,40 @@ func (h hubHandler) Message(channel, payload string) {
 	if m.From == h.c.ID {
 		return // the sender woke its own waiters
 	}
+	if m.Wake.Kind == wire.KindReleased {
+		// A ForceUnlock elsewhere took a hold away (excl_force); it wakes
+		// nobody: the grant or wake-up message that follows does.
+		if len(m.Wake.IDs) == 1 && m.Wake.Fence > 0 {
+			h.c.forcedElsewhere(channel, m.Wake.IDs[0], m.Wake.Fence)
+		}
+		return
+	}
 	h.c.Waits.Wake(channel, m.Wake, wait.WakeRelease)
+}
+
+// forcedElsewhere reports lost the hold of this Core that another Client's
+// ForceUnlock took away, holder id with token, if the Core can find it by
+// the channel it heard of it on: a counted hold (the owner's, with that
+// token: an owner's ID outlives its holds), or the hold of the Mutex
+// cohort the wait registry records for the lock (IDs of Mutex holds are
+// unique to their Redis grant; the cohort's local holds share it). The
+// holder learns at once, rather than at its next renewal, and a cohort no
+// longer hands the lost hold on locally. Other holds are left to their
+// renewals, as are holds of a Client not subscribed to the lock's channel.
+func (c *Core) forcedElsewhere(channel, id string, token uint64) {
+	key, ok := strings.CutSuffix(channel, wire.ChannelSuffix)
+	if !ok {
+		return
+	}
+	cause := fmt.Errorf("%w: force-unlocked by another Client", errs.ErrLost)
+	if l := c.heldLease(HoldKey(key, id)); l != nil && l.Token == token {
+		c.WD.Lose(&l.Lease, cause)
+	}
+	if s, _ := c.Waits.CohortAt(channel, key).(*Slot); s != nil {
+		if l := s.Get(); l != nil && l.Spec.ID == id {
+			c.WD.Lose(&l.Lease, cause)
+		}
+	}
 }
 
 // Subscribed wakes every waiter on channel: any release before the

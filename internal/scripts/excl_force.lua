@@ -10,7 +10,10 @@
 -- Returns {0, ''} when the lock was free (nothing changes), {1, ''} when it
 -- was released and is now free, or {1, id, token} when it went on to the
 -- waiter id. Keys of another kind fail with DLOCK_KIND before anything
--- changes.
+-- changes. A release publishes, before its grant or wake-up message,
+-- msg_released(from, holder, token): the holder's Client, if subscribed,
+-- reports the hold lost at once, before anyone it could hand the lock to
+-- locally holds (see the engine's forcedElsewhere).
 --#include excl_common.lua
 local K, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]
 local kind, from = ARGV[1], ARGV[2]
@@ -21,4 +24,9 @@ end
 if not v[2] then
   return {0, ''}
 end
+local bad = queue_keys(KEYS[2], KEYS[3])
+if bad then
+  return bad
+end
+redis.call('PUBLISH', CH, msg_released(from, v[2], v[3]))
 return pass_on_reply(1, K, F, kind, Q, QE, CH, from, v[3])

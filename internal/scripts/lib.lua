@@ -230,8 +230,13 @@ local function msg_handed(from, id, fence, ttl)
 end
 
 -- kind 'x': the hold of the holder ID listed was released (a Redlock
--- master's release: its waiters count the masters that said so).
-local function msg_released(from, id)
+-- master's release: its waiters count the masters that said so), or, with
+-- its token, taken away by a ForceUnlock (excl_force: its Client, if it
+-- still believes it holds, learns of the loss at once).
+local function msg_released(from, id, fence)
+  if fence then
+    return from .. '|1|x|' .. id .. '|' .. fence
+  end
   return from .. '|1|x|' .. id
 end
 

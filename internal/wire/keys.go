@@ -15,7 +15,10 @@ const MaxNameLength = 1024
 // keys and channels add a suffix.
 func LockKey(prefix, name string) string { return prefix + "{" + name + "}" }
 
-func ChannelOf(key string) string { return key + ":ch" }
+func ChannelOf(key string) string { return key + ChannelSuffix }
+
+// ChannelSuffix makes a lock's channel of its main key.
+const ChannelSuffix = ":ch"
 
 func CheckName(name string) error {
 	switch {

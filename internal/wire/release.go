@@ -43,7 +43,8 @@ const (
 	KindHanded byte = 'g' // not a waiter kind: the named waiters now hold the lock
 	// KindReleased: not a waiter kind: the hold of the one holder ID
 	// listed was released (a Redlock master's release; one comes from each
-	// master that had the key).
+	// master that had the key), or, with its token as the fence, taken
+	// away by a ForceUnlock.
 	KindReleased byte = 'x'
 	// KindObserver: an Election's observers, woken only by messages of their
 	// own kind (a new leader's notice, '<from>|0|o'), never counted among the

@@ -136,6 +136,8 @@ func TestLua_ReadsAndWritesTheSameFormats(t *testing.T) {
 		{"return msg_handed(ARGV[1], ARGV[2], ARGV[3], 2500)", []any{"A", "T", "1795443186107935"},
 			Release{From: "A", Wake: Wake{N: 1, Kind: KindHanded, IDs: []string{"T"}, Fence: 1795443186107935, TTL: 2500 * time.Millisecond}}},
 		{"return msg_released(ARGV[1], ARGV[2])", []any{"A", "H"}, Release{From: "A", Wake: Wake{N: 1, Kind: KindReleased, IDs: []string{"H"}}}},
+		{"return msg_released(ARGV[1], ARGV[2], ARGV[3])", []any{"A", "H", "1795443186107935"},
+			Release{From: "A", Wake: Wake{N: 1, Kind: KindReleased, IDs: []string{"H"}, Fence: 1795443186107935}}},
 	} {
 		got, ok := run(tc.lua, tc.args...).(string)
 		require.True(t, ok, tc.lua)
