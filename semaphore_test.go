@@ -455,3 +455,53 @@ func TestSemaphore_RequestAboveTotal_HoldsNobodyBackUntilTheTotalCoversIt(t *tes
 		t.Fatal("the later Acquire(1) not served after the Acquire(2)")
 	}
 }
+
+// A release reads the queue in batches, about as many requests as it can
+// serve: a request behind more requests for more than the total than one
+// batch holds is still served by the release, not by its own later try.
+func TestSemaphore_Release_ServesARequestBehindManyTooLargeOnes(t *testing.T) {
+	e := sharedEnv(t)
+	rdb := e.rdb()
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	s := c.Semaphore(n)
+	_, err := s.TrySetPermits(ctx, 1)
+	require.NoError(t, err)
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	queued := func(want int64) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			got, err := rdb.ZCard(ctx, key(n)+":q").Result()
+			return err == nil && got == want
+		}, 5*time.Second, 2*time.Millisecond, "%d queued", want)
+	}
+	const large = 20 // more than the first batch (free permits + 8) and more than its double
+	bigCtx, stopBig := context.WithCancel(ctx)
+	var bigs sync.WaitGroup
+	for i := range large {
+		bigs.Go(func() {
+			_, err := c.Semaphore(n).Acquire(bigCtx, 2) // more than the total: never served
+			assert.ErrorIs(t, err, dlock.ErrNotObtained)
+		})
+		queued(int64(i + 1))
+	}
+	smallDone := make(chan *dlock.Permit, 1)
+	go func() {
+		q, err := e.client(e.rdb()).Semaphore(n).Acquire(ctx, 1)
+		assert.NoError(t, err)
+		smallDone <- q
+	}()
+	queued(large + 1)
+
+	require.NoError(t, p.Release(ctx))
+	select {
+	case q := <-smallDone:
+		require.NoError(t, q.Release(ctx))
+	case <-time.After(time.Second):
+		t.Fatal("the request behind the large ones was not served by the release")
+	}
+	stopBig()
+	bigs.Wait()
+}

@@ -107,15 +107,28 @@ end
 -- Fairness).
 local function each_servable(M, C, Q, serve)
   local avail, total = available(M)
-  for _, id in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-    local need = tonumber(redis.call('HGET', C, id) or '0')
-    if need <= (total or 0) then
-      if need > avail then
-        return
+  -- The queue is read in batches, by arrival number (which serve's removals
+  -- do not shift), so that a release reads about as many requests as it
+  -- can serve, not the whole queue: each request needs at least a permit,
+  -- and only requests for more than the total are passed over.
+  local after, size = '-inf', math.max(avail, 0) + 8
+  while true do
+    local batch = redis.call('ZRANGEBYSCORE', Q, after, '+inf', 'WITHSCORES', 'LIMIT', 0, size)
+    for i = 1, #batch, 2 do
+      local id = batch[i]
+      local need = tonumber(redis.call('HGET', C, id) or '0')
+      if need <= (total or 0) then
+        if need > avail then
+          return
+        end
+        avail = avail - need
+        serve(id, need)
       end
-      avail = avail - need
-      serve(id, need)
     end
+    if #batch < 2 * size then
+      return
+    end
+    after, size = '(' .. batch[#batch], size * 2
   end
 end
 
