@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/dlock-go/dlock/internal/engine"
@@ -193,4 +194,90 @@ func TestMutexCohort_CohortEndsBeforeTheLocalWaiterJoins_ItTriesAtOnce(t *testin
 	}
 	require.NoError(t, m.Unlock(ctx))
 	requireFreeWithEmptyQueue(t, c, m)
+}
+
+// Found by review: a local handoff to a goroutine waiting on a handle whose
+// slot still held a cohort hold lost without the Client knowing (its key
+// deleted) ends that older hold as it puts the new one in, under the wait
+// registry's lock; the report of that loss must not take the registry's
+// lock on the same goroutine (it did, and the Unlock hung for good, the
+// whole Client with it).
+func TestMutexCohort_LocalHandoffReplacesAHoldLostUnnoticed_NoDeadlock(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wm := c.Mutex(t.Name(), WithCohort(4, time.Minute))
+	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
+	subscribed(t, c, m)
+	require.NoError(t, wm.Lock(ctx))
+	lost := wm.Lost()
+	require.NoError(t, c.core.RDB.Del(ctx, wm.h.Key).Err()) // lost; the Client learns at its next renewal
+	require.NoError(t, m.Lock(ctx))                         // granted in Redis
+	done := make(chan error, 1)
+	go func() { done <- wm.Lock(ctx) }() // waits locally: wm's slot still shows its hold live
+	require.Eventually(t, func() bool { return c.core.Waits.Len() == 1 }, 5*time.Second, time.Millisecond)
+	unlocked := make(chan error, 1)
+	go func() { unlocked <- m.Unlock(ctx) }() // hands m's hold to wm's waiter
+	select {
+	case err := <-unlocked:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the Unlock that hands the hold on hung") // (and Close after it)
+	}
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter was not served")
+	}
+	within := time.After(time.Second)
+	select {
+	case <-lost:
+	case <-within:
+		t.Fatal("the replaced hold was not reported lost")
+	}
+	require.NoError(t, wm.Unlock(ctx))
+	requireFreeWithEmptyQueue(t, c, wm)
+}
+
+// Found by review: a ForceUnlock's notice that arrives while an Unlock
+// hands the hold on locally (the hold out of its slot, the cohort's record
+// not yet moved to the next) found no hold to report lost, and the forced
+// hold went on locally while another Client could take the lock. The Core
+// now marks the forced grant, and a local handoff looks for the mark.
+func TestMutexCohort_ForceNoticeDuringALocalHandoff_NothingHandedOn(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	other := New(srv.NewClient(t))
+	defer other.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
+	subscribed(t, c, m)
+	require.NoError(t, m.Lock(ctx))
+	first := m.Token()
+	done := make(chan error, 1)
+	go func() { done <- m.Lock(ctx) }() // waits locally, and records the cohort
+	require.Eventually(t, func() bool { return c.core.Waits.CohortAt(m.h.Channel, m.h.Key) != nil }, 5*time.Second, time.Millisecond)
+	noticed := make(chan struct{})
+	var once, noticeOnce sync.Once
+	c.core.Hooks.AfterForcedNotice = func() { noticeOnce.Do(func() { close(noticed) }) }
+	c.core.Hooks.BeforePassLocal = func() {
+		once.Do(func() {
+			ok, err := other.Mutex(t.Name()).ForceUnlock(ctx)
+			require.NoError(t, err)
+			require.True(t, ok)
+			<-noticed
+		})
+	}
+	require.ErrorIs(t, m.Unlock(ctx), ErrLost, "the holder's Unlock after the force")
+	require.NoError(t, <-done)
+	assert.Greater(t, m.Token(), first+uint64(DefaultCohortHandoffs), "the forced hold was handed on locally")
+	ok, err := other.Mutex(t.Name()).TryLock(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "another Client took the lock its waiter holds")
+	require.NoError(t, m.Unlock(ctx))
 }

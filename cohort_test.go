@@ -803,7 +803,8 @@ func TestMutexCohort_FreshHandlesWhileACohortRuns_WaitLocally(t *testing.T) {
 			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1+waiters }, 5*time.Second, time.Millisecond)
 			time.Sleep(20 * time.Millisecond) // a try would have been sent by now
 			assert.Equal(t, before, tries.n.Load(), "a Lock on a fresh handle tried in Redis while the cohort ran")
-			assert.Equal(t, int64(1), e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a Lock on a fresh handle queued in Redis")
+			// a's place, served, stays until the cohort's release; b's.
+			assert.Equal(t, int64(2), e.rdb().ZCard(ctx, key(n)+":mq").Val(), "a Lock on a fresh handle queued in Redis")
 			unlocked := time.Now()
 			require.NoError(t, a.Unlock(ctx))
 			tokens := []uint64{<-bGot}
@@ -848,7 +849,7 @@ func TestMutexCohort_ForceUnlockElsewhere_HolderToldAtOnce_NothingHandedLocally(
 	firstCtx, leave := context.WithCancel(ctx)
 	left := make(chan error, 1)
 	go func() { left <- m.Lock(firstCtx) }()
-	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return dlock.CohortRecorded(c, m) }, 5*time.Second, time.Millisecond)
 	b := mk()
 	type served struct {
 		token uint64
@@ -884,4 +885,69 @@ func TestMutexCohort_ForceUnlockElsewhere_HolderToldAtOnce_NothingHandedLocally(
 	}
 	require.NoError(t, b.Unlock(ctx))
 	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost, "the lost hold's Unlock")
+}
+
+// servedLocallyWithAPlace makes a cohort whose hold m2 has from a local
+// handoff, served while it had a place in the queue in Redis (it tried
+// before the cohort was recorded for the name): that place stays queued,
+// unclaimed, until the cohort ends.
+func servedLocallyWithAPlace(t *testing.T, ctx context.Context, e *env, c *dlock.Client, n string) (m2 *dlock.Mutex) {
+	t.Helper()
+	m1, m2 := c.Mutex(n), c.Mutex(n)
+	require.NoError(t, m1.Lock(ctx))
+	locked := make(chan error, 1)
+	go func() { locked <- m2.Lock(ctx) }() // no cohort recorded for the name yet: it tries and queues
+	waitQueued(t, e, n, 1)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	first := m1.Token()
+	require.NoError(t, m1.Unlock(ctx)) // handed on locally
+	require.NoError(t, <-locked)
+	require.Equal(t, first+1, m2.Token(), "not handed on locally")
+	require.Equal(t, int64(1), e.rdb().ZCard(ctx, key(n)+":mq").Val(), "the served waiter's place is not in the queue")
+	return m2
+}
+
+// requireFreeSoon fails unless lock n is free, with nobody queued, within a
+// second: a place left queued that a grant reached holds it up to its
+// waiting mark's lease (seconds).
+func requireFreeSoon(t *testing.T, ctx context.Context, e *env, n string) {
+	t.Helper()
+	rdb := e.rdb()
+	probe := e.client(rdb).Mutex(n)
+	require.Eventually(t, func() bool {
+		locked, err := probe.IsLocked(ctx)
+		return err == nil && !locked && rdb.ZCard(ctx, key(n)+":mq").Val() == 0
+	}, time.Second, 5*time.Millisecond, "the lock is held, or a place queued, after the cohort ended: %v %v",
+		rdb.HGetAll(ctx, key(n)).Val(), rdb.ZRangeWithScores(ctx, key(n)+":mq", 0, -1).Val())
+}
+
+// A cohort whose hold is lost drops the places of the waiters it served,
+// which its release would have dropped: the lock is not handed to them.
+// Here a ForceUnlock on the Client's own handle hands the lock to the
+// served waiter's place, first in the queue, and reports the hold lost.
+func TestMutexCohort_HoldLost_ServedPlacesDropped(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	m := servedLocallyWithAPlace(t, ctx, e, c, n)
+	released, err := m.ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, released)
+	requireFreeSoon(t, ctx, e, n)
+	assert.ErrorIs(t, m.Unlock(ctx), dlock.ErrLost)
+}
+
+// A cohort hold handed over drops the places of the waiters its cohort
+// served: the hold's release by its HoldRef would hand the lock to them.
+func TestMutexCohort_HandOver_ServedPlacesDropped(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	m := servedLocallyWithAPlace(t, ctx, e, c, n)
+	ref, err := m.HandOver()
+	require.NoError(t, err)
+	require.NoError(t, e.client(e.rdb()).ReleaseRef(ctx, ref))
+	requireFreeSoon(t, ctx, e, n)
 }

@@ -69,3 +69,9 @@ func ChannelConfirmed(c *Client, m *Mutex) bool {
 	}
 	return err == nil && confirmed
 }
+
+// CohortRecorded reports whether c's wait registry records a cohort for m's
+// lock (Registry.SetCohort), as a Lock on a fresh handle finds it.
+func CohortRecorded(c *Client, m *Mutex) bool {
+	return c.core.Waits.CohortAt(m.h.Channel, m.h.Key) != nil
+}

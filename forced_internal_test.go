@@ -31,8 +31,14 @@ func TestForcedNotice_CountedHold_LostOnlyWithItsOwnToken(t *testing.T) {
 		require.NoError(t, c.core.RDB.Publish(ctx, r.h.Channel, m.Encode()).Err())
 	}
 
+	acted := make(chan struct{}, 1)
+	c.core.Hooks.AfterForcedNotice = func() { acted <- struct{}{} }
 	notice(token - 1)
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-acted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the notice did not arrive")
+	}
 	select {
 	case <-lost:
 		t.Fatal("a notice of the owner's earlier hold reported its current hold lost")

@@ -163,6 +163,7 @@ func (m *Mutex) HandOver() (HoldRef, error) {
 	if !w.HandOver(&l.Lease) {
 		return HoldRef{}, errs.Op(op, m.h.Name, "", ErrLost)
 	}
+	m.h.C.DropServed(l) // the places its cohort served: the hold's release will not drop them
 	return HoldRef{Name: m.h.Name, Kind: KindMutex, ID: l.Spec.ID, Token: l.Token}, nil
 }
 

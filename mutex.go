@@ -170,9 +170,12 @@ func (m *Mutex) TTL(ctx context.Context) (time.Duration, error) {
 // ForceUnlock releases the lock whoever holds it, and hands it to the first
 // caller queued, if any, as an Unlock would. It reports whether there was a
 // hold to release. This handle's own hold is reported lost at once; a holder
-// elsewhere (another handle, another Client) learns of it at its next
-// renewal, through Lost and its hold contexts. It is for operators and tests: a holder that is
-// still running loses its exclusion.
+// elsewhere (another handle, another Client) learns of it, through Lost and
+// its hold contexts, at its next renewal at the latest. When goroutines of
+// the holder's Client wait for the lock, that Client hears the force's
+// notice: a cohort's hold (the default) then learns at once, or at its
+// Unlock, and is not handed on locally. It is for operators and tests: a
+// holder that is still running loses its exclusion.
 func (m *Mutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	return m.lk.ForceUnlock(ctx, "dlock.Mutex.ForceUnlock")
 }

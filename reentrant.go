@@ -167,8 +167,10 @@ func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) { retur
 
 // ForceUnlock releases the lock whoever holds it, and hands it to the first
 // waiter queued, if any. It reports whether there was a hold to release.
-// Holders on other Clients learn of it at their next renewal, through Lost
-// and their hold contexts; holders on this Client learn at once. It is for
+// Holders on other Clients learn of it, through Lost and their hold
+// contexts, at their next renewal at the latest, and at once when
+// goroutines of their Client wait for the lock (their subscription hears
+// the force's notice); holders on this Client learn at once. It is for
 // operators and tests: a holder that is still running loses its exclusion.
 func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (released bool, err error) {
 	return r.x.ForceUnlock(ctx, "dlock.ReentrantMutex.ForceUnlock", func(cause error) { r.h.C.LoseAll(r.h.Key, cause) })

@@ -275,6 +275,9 @@ func TestReentrantMutex_ForceUnlockElsewhere_LosingOwnerToldBeforeTheNextHolds(t
 	require.NoError(t, r.Lock(o1))
 	require.NoError(t, r.Lock(o1))
 	lost := r.Lost(o1)
+	// Subscribed first, so that the waiter does not look again in Redis on
+	// the confirmation, and claim the hand-over by a try of its own.
+	require.Eventually(t, func() bool { return dlock.ChannelConfirmed(c, c.Mutex(n)) }, 5*time.Second, time.Millisecond)
 	second := make(chan bool, 1)
 	go func() {
 		err := r.Lock(o2)
@@ -287,7 +290,6 @@ func TestReentrantMutex_ForceUnlockElsewhere_LosingOwnerToldBeforeTheNextHolds(t
 		}
 	}()
 	waitQueued(t, e, n, 1)
-	require.Eventually(t, func() bool { return dlock.ChannelConfirmed(c, c.Mutex(n)) }, 5*time.Second, time.Millisecond)
 
 	released, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
 	require.NoError(t, err)

@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"time"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wait"
@@ -38,10 +40,12 @@ import (
 // same Redis hold (same holder ID, same lease deadline, the next token of
 // the block the Redis grant reserved) on the waiter's handle, and wakes it
 // with wait.WakeCohort. If the waiter had a place in the queue in Redis, the
-// releasing Unlock then takes it out (excl_cancel), off the new holder's
-// path; the Unlock that finally releases to Redis drops every place the
-// cohort served first, in case one was queued after its cancel ran. The
-// bounds that apply are those of the handle that passes the hold on.
+// place stays there, unclaimed behind the cohort's hold, and joins the
+// hold's Served: the Unlock that finally releases to Redis drops every place
+// the cohort served before it hands the lock on, and a cohort that ends
+// otherwise (its hold lost, or handed over) drops them in the background
+// (DropServed). Nothing is sent while the cohort runs. The bounds that
+// apply are those of the handle that passes the hold on.
 //
 // Past the time bound, a hold is still handed on locally (within the
 // handoff bound and its reserved tokens) when nobody else waits: its Redis
@@ -66,27 +70,34 @@ func (m *Mutex) cohortOn() bool {
 
 // passLocal hands l, just taken out of the slot by Unlock, to the first
 // goroutine of the Core waiting on a cohorting handle of the name, within
-// the bound (past the time bound when nobody else waits). It returns the
-// served waiter's place in the queue in Redis ("" when it had none), or
-// false when it handed nothing: l is then still the caller's to release.
-func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
+// the bound (past the time bound when nobody else waits). It reports false
+// when it handed nothing: l is then still the caller's to release. A served
+// waiter's place in the queue in Redis, if it had one, joins the cohort's
+// Served, which the release that ends the cohort drops (see the top of
+// this file).
+func (m *Mutex) passLocal(l *lease.Hold) bool {
 	co := l.Cohort
 	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End {
-		return "", false
+		return false
 	}
 	if time.Since(co.Since) >= m.cohort.MaxTime && !m.nobodyElseWaits(co) {
-		return "", false
+		return false
 	}
 	c := m.h.C
-	var place string
+	if c.isForced(l) {
+		// Another Client's ForceUnlock took it (forcedElsewhere): the
+		// caller's release finds it gone.
+		c.WD.Lose(&l.Lease, errForced)
+		return false
+	}
 	var to *Slot
+	var given *lease.Hold
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
 		nl.Token = l.Token + 1
-		nl.Cohort = lease.CohortState{End: co.End, N: co.N + 1, Since: co.Since, Served: co.Served, Quiet: co.Quiet}
+		nl.Cohort = lease.CohortState{Grant: co.Grant, End: co.End, N: co.N + 1, Since: co.Since, Served: co.Served, Quiet: co.Quiet}
 		if !w.Local() { // it tried in Redis, so it may be queued there
-			place = w.Place()
 			nl.Cohort.Served = append(slices.Clip(co.Served), w.Place())
 		}
 		if !c.WD.Pass(&l.Lease, &nl.Lease) {
@@ -95,15 +106,21 @@ func (m *Mutex) passLocal(l *lease.Hold) (string, bool) {
 		// As keep does; an older hold of the handle cannot be there while
 		// l held the lock.
 		wm.slot.Put(nl, c.WD)
-		to = wm.slot
+		to, given = wm.slot, nl
 		return nl
 	})
 	if w == nil {
-		return "", false
+		return false
 	}
 	c.Waits.SetCohort(m.h.Channel, m.h.Key, to)
+	if c.isForced(given) {
+		// A ForceUnlock's notice came while the hold changed slots: the
+		// notice's look at the record may have missed it (forcedElsewhere
+		// marks before it looks; this looks after the record moved).
+		c.WD.Lose(&given.Lease, errForced)
+	}
 	runtime.Gosched() // let the new holder run, as handedTo does
-	return place, true
+	return true
 }
 
 // cohortRuns reports whether a hold of m's lock on this Core is in a
@@ -135,9 +152,83 @@ func (m *Mutex) joinedCohort() bool {
 // cohortLost ends the cohort of l, a Mutex hold just lost: the goroutines
 // of this Core waiting for a local handoff of the lock try in Redis now,
 // rather than at their handle's time bound.
+//
+// It runs on a goroutine of its own: the loss may be reported on a
+// goroutine that holds the registry's lock (a local handoff's Slot.Put
+// ends the slot's older hold).
 func (c *Core) cohortLost(l *lease.Hold) {
-	ws, _ := c.Waits.EndCohort(wire.ChannelOf(l.Key), l.Key)
-	c.Waits.WakeEnded(ws, false, time.Time{})
+	c.background(func(ctx context.Context) {
+		channel := wire.ChannelOf(l.Key)
+		s, _ := c.Waits.CohortAt(channel, l.Key).(*Slot)
+		if h := s.get(); h == nil || h.Spec.ID == l.Spec.ID || !c.WD.IsHeld(&h.Lease) {
+			// (Else a newer cohort runs, and its waiters wait for it.)
+			ws, _ := c.Waits.EndCohort(channel, l.Key)
+			c.Waits.WakeEnded(ws, false, time.Time{})
+		}
+		c.dropServed(ctx, l)
+	})
+}
+
+// DropServed takes the places in Redis of the waiters a cohort served out
+// of the queue, in the background, for a cohort that ends without a
+// release of its own (lost, or handed over): that release would have
+// dropped them (see the top of this file). A place that a grant reached
+// meanwhile passes the lock on. Should Redis be out of reach, each place
+// goes when its waiting mark runs out (its waiter stopped renewing it when
+// it was served).
+func (c *Core) DropServed(l *lease.Hold) {
+	if len(l.Cohort.Served) > 0 {
+		c.background(func(ctx context.Context) { c.dropServed(ctx, l) })
+	}
+}
+
+func (c *Core) dropServed(ctx context.Context, l *lease.Hold) {
+	if len(l.Cohort.Served) == 0 || l.Kind != telemetry.KindMutex {
+		return
+	}
+	x := NewExcl(c.NewHandle(l.Kind, l.Name, 0, 0, nil, ExclKeys...), false)
+	for _, p := range l.Cohort.Served {
+		x.Cancel(ctx, p)
+	}
+}
+
+// errForced is why a hold that another Client's ForceUnlock took is lost.
+var errForced = fmt.Errorf("%w: force-unlocked by another Client", errs.ErrLost)
+
+// forcedMark is what a ForceUnlock's notice said of a lock (forcedElsewhere):
+// which grant it took, and when the notice came.
+type forcedMark struct {
+	id    string
+	token uint64
+	at    time.Time
+}
+
+// markForced records that a ForceUnlock took the grant id (token) of the
+// lock key, for as long as a cohort of this Core could still hand a hold
+// of that grant on (a watchdog timeout: its next renewal finds it gone).
+func (c *Core) markForced(key, id string, token uint64) {
+	now := time.Now()
+	c.forced.Range(func(k, v any) bool {
+		if now.Sub(v.(forcedMark).at) > c.Cfg.Watchdog {
+			c.forced.Delete(k)
+		}
+		return true
+	})
+	c.forced.Store(key, forcedMark{id: id, token: token, at: now})
+}
+
+// isForced reports whether l, a cohort's hold, comes from a grant that a
+// ForceUnlock took.
+func (c *Core) isForced(l *lease.Hold) bool {
+	if l == nil || l.Cohort.End == 0 {
+		return false
+	}
+	v, ok := c.forced.Load(l.Key)
+	if !ok {
+		return false
+	}
+	f := v.(forcedMark)
+	return f.id == l.Spec.ID && f.token == l.Cohort.Grant
 }
 
 // nobodyElseWaits reports whether, as far as the Core can tell, nobody its

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"reflect"
 	"strconv"
@@ -14,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/dlock-go/dlock/internal/coalesce"
-	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/pubsub"
 	"github.com/dlock-go/dlock/internal/telemetry"
@@ -64,7 +62,16 @@ type Core struct {
 
 	holds holdTable // counted holds and owner gates (holds.go)
 
+	// Background work of the Core (background): Close cancels bgCtx and
+	// waits for it.
+	bgMu      sync.Mutex
+	bg        sync.WaitGroup
+	bgCtx     context.Context
+	bgCancel  context.CancelFunc
+	bgStopped bool // guarded by bgMu
+
 	noted     sync.Map      // keys FirstTime has seen
+	forced    sync.Map      // lock key -> forcedMark (cohort.go)
 	waiterSeq atomic.Uint64 // numbers waiters that have no ID of their own
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -76,6 +83,8 @@ type Core struct {
 type Hooks struct {
 	BeforeCohortRelease func() // Mutex release: a cohort's local waiters were queued for the releasing script
 	BeforeLocalWait     func() // Mutex Lock: it found a cohort running, and is about to wait for a local handoff
+	BeforePassLocal     func() // Mutex Unlock: the hold is out of its slot, about to be handed on locally
+	AfterForcedNotice   func() // a ForceUnlock's notice was acted on (forcedElsewhere)
 }
 
 // New returns the Core of a Client on rdb. err, when not nil, is bad input
@@ -104,6 +113,7 @@ func New(rdb redis.UniversalClient, cfg Config, tel *telemetry.Telemetry, id str
 	c.outage = &lease.Outage{Log: cfg.Logger}
 	c.WD = lease.NewWatchdog(cfg.Watchdog, c.renewals.Send, c.cluster, c.Tel, c.outage)
 	c.WD.CohortLost = c.cohortLost
+	c.bgCtx, c.bgCancel = context.WithCancel(context.Background())
 	c.Loop = &wait.Loop{Reg: c.Waits, Hub: c.hub, Tel: c.Tel, Timeout: cfg.Watchdog}
 	return c
 }
@@ -150,6 +160,7 @@ func (c *Core) Close() error {
 		c.closed.Store(true)
 		c.Waits.Close()
 		c.WD.Close()
+		c.stopBackground()
 		if c.renewals != nil {
 			c.renewals.Close()
 		}
@@ -158,6 +169,27 @@ func (c *Core) Close() error {
 		}
 	})
 	return err
+}
+
+// background runs f on a goroutine of its own, with a context that Close
+// cancels before it waits for f to return; after Close, it runs nothing.
+func (c *Core) background(f func(ctx context.Context)) {
+	c.bgMu.Lock()
+	defer c.bgMu.Unlock()
+	if c.bgStopped || c.bgCtx == nil {
+		return
+	}
+	c.bg.Go(func() { f(c.bgCtx) })
+}
+
+func (c *Core) stopBackground() {
+	c.bgMu.Lock()
+	c.bgStopped = true
+	c.bgMu.Unlock()
+	if c.bgCancel != nil {
+		c.bgCancel()
+	}
+	c.bg.Wait()
 }
 
 // Hub is the Core's pub/sub hub (nil for a detached Core).
@@ -181,42 +213,46 @@ func (h hubHandler) Message(channel, payload string) {
 		h.c.hub.Note(channel)
 		return
 	}
-	if m.From == h.c.ID {
-		return // the sender woke its own waiters
-	}
 	if m.Wake.Kind == wire.KindReleased {
-		// A ForceUnlock elsewhere took a hold away (excl_force); it wakes
-		// nobody: the grant or wake-up message that follows does.
+		// A ForceUnlock (this Client's too) took a hold away (excl_force);
+		// it wakes nobody: the grant that follows, if any, does.
 		if len(m.Wake.IDs) == 1 && m.Wake.Fence > 0 {
 			h.c.forcedElsewhere(channel, m.Wake.IDs[0], m.Wake.Fence)
 		}
 		return
 	}
+	if m.From == h.c.ID {
+		return // the sender woke its own waiters
+	}
 	h.c.Waits.Wake(channel, m.Wake, wait.WakeRelease)
 }
 
-// forcedElsewhere reports lost the hold of this Core that another Client's
-// ForceUnlock took away, holder id with token, if the Core can find it by
-// the channel it heard of it on: a counted hold (the owner's, with that
-// token: an owner's ID outlives its holds), or the hold of the Mutex
-// cohort the wait registry records for the lock (IDs of Mutex holds are
-// unique to their Redis grant; the cohort's local holds share it). The
-// holder learns at once, rather than at its next renewal, and a cohort no
-// longer hands the lost hold on locally. Other holds are left to their
-// renewals, as are holds of a Client not subscribed to the lock's channel.
+// forcedElsewhere reports lost the hold of this Core that a ForceUnlock
+// took away, the grant id with token, as far as the Core can find it by the
+// channel it heard of it on: a counted hold of that owner with that token
+// (an owner's ID outlives its holds), or a Mutex cohort's hold of that
+// grant. For the cohort it marks the grant as forced (markForced) before it
+// looks at the hold the registry records for the lock's cohort, so that a
+// local handoff under way, or one to come, finds the mark instead
+// (passLocal). The holder learns at once rather than at its next renewal.
+// Other holds are left to their renewals, as are the holds of a Client not
+// subscribed to the lock's channel (one with no goroutine waiting for it).
 func (c *Core) forcedElsewhere(channel, id string, token uint64) {
 	key, ok := strings.CutSuffix(channel, wire.ChannelSuffix)
 	if !ok {
 		return
 	}
-	cause := fmt.Errorf("%w: force-unlocked by another Client", errs.ErrLost)
 	if l := c.heldLease(HoldKey(key, id)); l != nil && l.Token == token {
-		c.WD.Lose(&l.Lease, cause)
+		c.WD.Lose(&l.Lease, errForced)
 	}
+	c.markForced(key, id, token)
 	if s, _ := c.Waits.CohortAt(channel, key).(*Slot); s != nil {
-		if l := s.Get(); l != nil && l.Spec.ID == id {
-			c.WD.Lose(&l.Lease, cause)
+		if l := s.Get(); c.isForced(l) {
+			c.WD.Lose(&l.Lease, errForced)
 		}
+	}
+	if hook := c.Hooks.AfterForcedNotice; hook != nil {
+		hook()
 	}
 }
 

@@ -102,6 +102,14 @@ func (s *Slot) Put(l *lease.Hold, w *lease.Watchdog) {
 	}
 }
 
+// get is Get on a slot that may be nil.
+func (s *Slot) get() *lease.Hold {
+	if s == nil {
+		return nil
+	}
+	return s.Get()
+}
+
 // inLiveCohort reports whether the current hold is in a cohort (see
 // cohort.go) and still held: not lost, released or handed over.
 func (s *Slot) inLiveCohort(wd *lease.Watchdog) bool {

@@ -95,7 +95,7 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 	l := a.NewHold(m.h.Key, wire.Spec{Kind: wire.SpecHolder, ID: t.id})
 	l.Token = token
 	if m.cohortOn() {
-		l.Cohort = lease.CohortState{End: token + uint64(m.cohort.Max), Since: time.Now()}
+		l.Cohort = lease.CohortState{Grant: token, End: token + uint64(m.cohort.Max), Since: time.Now()}
 		if quiet {
 			l.Cohort.Quiet = a.Sent
 		}
@@ -142,12 +142,10 @@ func (t *mutexTry) unknownOutcome(a *Acquisition, err error) error {
 func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 	c := m.h.C
 	if m.cohortOn() {
-		if place, ok := m.passLocal(l); ok {
-			if place != "" {
-				// The new holder runs already; take its place out of the
-				// queue in Redis, so that no grant goes to it.
-				m.x.Cancel(Detach(ctx), place)
-			}
+		if hook := c.Hooks.BeforePassLocal; hook != nil {
+			hook()
+		}
+		if m.passLocal(l) {
 			return nil
 		}
 	}

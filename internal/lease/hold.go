@@ -226,6 +226,7 @@ func (m *Mark) report(w *Watchdog, state leaseState, cause error) {
 // CohortState is what a hold of a cohorting Mutex carries from one local
 // handoff to the next.
 type CohortState struct {
+	Grant  uint64    // the Redis grant's token
 	End    uint64    // the last token the Redis grant reserved; 0: no cohort
 	N      int       // local handoffs since the Redis grant
 	Since  time.Time // when the Redis grant was kept

@@ -57,7 +57,11 @@ type Watchdog struct {
 	// CohortLost, when set (before any lease is added), is called when a
 	// hold in a cohort (Cohort.End > 0) is lost, after the watchdog's mutex
 	// is released: its Client's goroutines waiting for a local handoff of
-	// it must then try in Redis. Not on Close, which wakes them itself.
+	// it must then try in Redis. Not on Close, which wakes them itself. It
+	// may run on the goroutine that reported the loss (Lose, and the other
+	// calls that end a lease), whatever locks that goroutine holds: it must
+	// take none of them (the engine hands its work to a goroutine of its
+	// own).
 	CohortLost func(l *Hold)
 
 	mu        sync.Mutex
