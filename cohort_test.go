@@ -893,7 +893,9 @@ func TestMutexCohort_ForceUnlockElsewhere_HolderToldAtOnce_NothingHandedLocally(
 // unclaimed, until the cohort ends.
 func servedLocallyWithAPlace(t *testing.T, ctx context.Context, e *env, c *dlock.Client, n string) (m2 *dlock.Mutex) {
 	t.Helper()
-	m1, m2 := c.Mutex(n), c.Mutex(n)
+	// A long time bound: the first grant of a name is not a quiet one, so
+	// past the bound nothing would be handed on.
+	m1, m2 := c.Mutex(n, dlock.WithCohort(4, time.Minute)), c.Mutex(n, dlock.WithCohort(4, time.Minute))
 	require.NoError(t, m1.Lock(ctx))
 	locked := make(chan error, 1)
 	go func() { locked <- m2.Lock(ctx) }() // no cohort recorded for the name yet: it tries and queues

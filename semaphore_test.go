@@ -480,6 +480,10 @@ func TestSemaphore_Release_ServesARequestBehindManyTooLargeOnes(t *testing.T) {
 	const large = 20 // more than the first batch (free permits + 8) and more than its double
 	bigCtx, stopBig := context.WithCancel(ctx)
 	var bigs sync.WaitGroup
+	t.Cleanup(func() {
+		stopBig()
+		bigs.Wait()
+	})
 	for i := range large {
 		bigs.Go(func() {
 			_, err := c.Semaphore(n).Acquire(bigCtx, 2) // more than the total: never served
@@ -487,13 +491,19 @@ func TestSemaphore_Release_ServesARequestBehindManyTooLargeOnes(t *testing.T) {
 		})
 		queued(int64(i + 1))
 	}
+	// The small request's Client is subscribed before the release, so that
+	// no confirmation makes it look again on its own (the channel is the
+	// name's, whatever the kind).
+	c2 := e.client(e.rdb())
+	require.Eventually(t, func() bool { return dlock.ChannelConfirmed(c2, c2.Mutex(n)) }, 5*time.Second, time.Millisecond)
 	smallDone := make(chan *dlock.Permit, 1)
 	go func() {
-		q, err := e.client(e.rdb()).Semaphore(n).Acquire(ctx, 1)
+		q, err := c2.Semaphore(n).Acquire(ctx, 1)
 		assert.NoError(t, err)
 		smallDone <- q
 	}()
 	queued(large + 1)
+	time.Sleep(20 * time.Millisecond) // its wait has begun
 
 	require.NoError(t, p.Release(ctx))
 	select {

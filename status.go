@@ -26,7 +26,7 @@ type Status struct {
 	// first: the holder of a lock or election; an RWMutex's writer or its
 	// readers; a Semaphore's permits. At most statusHolders are listed.
 	Holders []Holder
-	Waiting int    // callers queued in Redis for it, alive
+	Waiting int    // callers queued in Redis for it, alive (while a Mutex cohort runs, also those it served locally, whose places its release drops)
 	Token   uint64 // the fencing token of the current or last hold (last permit); 0 when none is known
 	Total   int    // a Semaphore's total permits, -1 when never set
 	Free    int    // a Semaphore's permits free now (negative after the total was lowered below those in use)

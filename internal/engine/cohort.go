@@ -71,24 +71,26 @@ func (m *Mutex) cohortOn() bool {
 // passLocal hands l, just taken out of the slot by Unlock, to the first
 // goroutine of the Core waiting on a cohorting handle of the name, within
 // the bound (past the time bound when nobody else waits). It reports false
-// when it handed nothing: l is then still the caller's to release. A served
+// when it handed nothing: l is then still the caller's to release. An error
+// says that the hold it handed on turned out forced (see isForced): the
+// Unlock returns it. A served
 // waiter's place in the queue in Redis, if it had one, joins the cohort's
 // Served, which the release that ends the cohort drops (see the top of
 // this file).
-func (m *Mutex) passLocal(l *lease.Hold) bool {
+func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	co := l.Cohort
 	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End {
-		return false
+		return false, nil
 	}
 	if time.Since(co.Since) >= m.cohort.MaxTime && !m.nobodyElseWaits(co) {
-		return false
+		return false, nil
 	}
 	c := m.h.C
 	if c.isForced(l) {
 		// Another Client's ForceUnlock took it (forcedElsewhere): the
 		// caller's release finds it gone.
 		c.WD.Lose(&l.Lease, errForced)
-		return false
+		return false, nil
 	}
 	var to *Slot
 	var given *lease.Hold
@@ -110,17 +112,19 @@ func (m *Mutex) passLocal(l *lease.Hold) bool {
 		return nl
 	})
 	if w == nil {
-		return false
+		return false, nil
 	}
 	c.Waits.SetCohort(m.h.Channel, m.h.Key, to)
 	if c.isForced(given) {
 		// A ForceUnlock's notice came while the hold changed slots: the
 		// notice's look at the record may have missed it (forcedElsewhere
-		// marks before it looks; this looks after the record moved).
+		// marks before it looks; this looks after the record moved). The
+		// new holder learns from its Lost, the caller from its Unlock.
 		c.WD.Lose(&given.Lease, errForced)
+		return true, errs.Op("unlock", m.h.Name, "", errForced)
 	}
 	runtime.Gosched() // let the new holder run, as handedTo does
-	return true
+	return true, nil
 }
 
 // cohortRuns reports whether a hold of m's lock on this Core is in a
@@ -195,26 +199,27 @@ func (c *Core) dropServed(ctx context.Context, l *lease.Hold) {
 // errForced is why a hold that another Client's ForceUnlock took is lost.
 var errForced = fmt.Errorf("%w: force-unlocked by another Client", errs.ErrLost)
 
-// forcedMark is what a ForceUnlock's notice said of a lock (forcedElsewhere):
-// which grant it took, and when the notice came.
+// forcedMark is what a ForceUnlock's notice said of a grant of a lock
+// (forcedElsewhere): its token, and when the notice came.
 type forcedMark struct {
-	id    string
 	token uint64
 	at    time.Time
 }
 
 // markForced records that a ForceUnlock took the grant id (token) of the
 // lock key, for as long as a cohort of this Core could still hand a hold
-// of that grant on (a watchdog timeout: its next renewal finds it gone).
+// of that grant on: until its next renewal finds it gone, within the
+// longest lease the Core renews.
 func (c *Core) markForced(key, id string, token uint64) {
 	now := time.Now()
+	keep := max(c.Cfg.Watchdog, time.Duration(c.maxRenewed.Load()))
 	c.forced.Range(func(k, v any) bool {
-		if now.Sub(v.(forcedMark).at) > c.Cfg.Watchdog {
+		if now.Sub(v.(forcedMark).at) > keep {
 			c.forced.Delete(k)
 		}
 		return true
 	})
-	c.forced.Store(key, forcedMark{id: id, token: token, at: now})
+	c.forced.Store(HoldKey(key, id), forcedMark{token: token, at: now})
 }
 
 // isForced reports whether l, a cohort's hold, comes from a grant that a
@@ -223,12 +228,8 @@ func (c *Core) isForced(l *lease.Hold) bool {
 	if l == nil || l.Cohort.End == 0 {
 		return false
 	}
-	v, ok := c.forced.Load(l.Key)
-	if !ok {
-		return false
-	}
-	f := v.(forcedMark)
-	return f.id == l.Spec.ID && f.token == l.Cohort.Grant
+	v, ok := c.forced.Load(HoldKey(l.Key, l.Spec.ID))
+	return ok && v.(forcedMark).token == l.Cohort.Grant
 }
 
 // nobodyElseWaits reports whether, as far as the Core can tell, nobody its

@@ -70,11 +70,12 @@ type Core struct {
 	bgCancel  context.CancelFunc
 	bgStopped bool // guarded by bgMu
 
-	noted     sync.Map      // keys FirstTime has seen
-	forced    sync.Map      // lock key -> forcedMark (cohort.go)
-	waiterSeq atomic.Uint64 // numbers waiters that have no ID of their own
-	closed    atomic.Bool
-	closeOnce sync.Once
+	noted      sync.Map      // keys FirstTime has seen
+	forced     sync.Map      // lock key and grant ID (HoldKey) -> forcedMark (cohort.go)
+	maxRenewed atomic.Int64  // the longest WithRenewedLease of the Core's handles, ns
+	waiterSeq  atomic.Uint64 // numbers waiters that have no ID of their own
+	closed     atomic.Bool
+	closeOnce  sync.Once
 }
 
 // Hooks let internal tests stop a Core at the points where a race they
@@ -169,6 +170,16 @@ func (c *Core) Close() error {
 		}
 	})
 	return err
+}
+
+// noteRenewed records d if it is the longest lease renewed yet for a
+// handle of the Core (WithRenewedLease).
+func (c *Core) noteRenewed(d time.Duration) {
+	for cur := c.maxRenewed.Load(); int64(d) > cur; cur = c.maxRenewed.Load() {
+		if c.maxRenewed.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
 }
 
 // background runs f on a goroutine of its own, with a context that Close

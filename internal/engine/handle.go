@@ -36,6 +36,7 @@ func (c *Core) NewHandle(kind, name string, lease, renewed time.Duration, err er
 	}
 	key := wire.LockKey(c.Cfg.Prefix, name)
 	h := &Handle{C: c, Kind: kind, Name: name, Key: key, Channel: wire.ChannelOf(key), Lease: lease, Renewed: renewed, Err: err}
+	c.noteRenewed(renewed)
 	h.Keys = append(h.Keys, key)
 	for _, s := range suffixes {
 		h.Keys = append(h.Keys, key+s)

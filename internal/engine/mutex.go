@@ -145,8 +145,8 @@ func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 		if hook := c.Hooks.BeforePassLocal; hook != nil {
 			hook()
 		}
-		if m.passLocal(l) {
-			return nil
+		if ok, err := m.passLocal(l); ok {
+			return err
 		}
 	}
 	var local []*wait.Waiter
