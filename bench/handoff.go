@@ -239,7 +239,7 @@ func handoffTable(res *handoffResult) string {
 	p("One holder, one blocked waiter; the holder sleeps 3-5ms (or %v where the row says so), then unlocks. Latency is from the holder's Unlock call to the waiter's Lock returning. ", longHold)
 	p("The floor is a PING sent after the same idle pause, on the holder's client, interleaved with the handoffs round by round (a PING back to back takes %s).\n\n", fmtDur(pct(res.back, .5)))
 	p("The server column is redis-server's own time in the Unlock's script (INFO commandstats, p50), which no client work can shorten; a PING's is about 1 µs. ")
-	p("A local handoff to a waiter on the same handle runs no script; to a waiter on another handle, the Unlock's script takes the waiter's place out of the queue in Redis after the waiter holds (so it is not on the handoff's path).\n\n")
+	p("A local handoff runs no script: a waiter's place in the queue in Redis, if it has one, stays there until the cohort's release drops it.\n\n")
 	p("| handoff | p50 | p99 | p50 / floor p50 | from Unlock returning, p50 | server, p50 | n | errors |\n|---|--:|--:|--:|--:|--:|--:|---|\n")
 	floorLong := pct(res.floorLong, .5)
 	for _, r := range res.rows {
