@@ -33,6 +33,30 @@ func requireFreeWithEmptyQueue(t *testing.T, c *Client, m *Mutex) {
 	require.True(t, ok, "another Client cannot take the free lock")
 }
 
+// cohortClient starts a Redis server and a Client on it, closed at the
+// test's end, and a context for the test's calls.
+func cohortClient(t *testing.T) (*Client, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return c, ctx
+}
+
+// servedWithin fails the test unless done yields nil within d: what the
+// waiter that sends to done was served by.
+func servedWithin(t *testing.T, done <-chan error, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(d):
+		t.Fatalf("the waiter was not served within %v %s", d, what)
+	}
+}
+
 // subscribed makes c subscribe to m's channel now and keep it for the test,
 // so that a waiter's first wake-up is not the subscription's confirmation,
 // which makes it look again in Redis.
@@ -54,11 +78,7 @@ func subscribed(t *testing.T, c *Client, m *Mutex) {
 // hold reaches it through a handle with a longer bound (1s), after the
 // timer fired, while a hook holds the waiter before it looks again.
 func TestMutexCohort_LocalTimerRacesHandoff_LeavesNoPlaceInRedis(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := cohortClient(t)
 	short := c.Mutex(t.Name(), WithCohort(4, 20*time.Millisecond))
 	long := c.Mutex(t.Name(), WithCohort(4, time.Second))
 	subscribed(t, c, short)
@@ -122,11 +142,7 @@ func TestMutexCohort_WaiterCancelledWhileReleaseQueuesIt_LeavesNoPlaceInRedis(t 
 // tries in Redis at once, not at its handle's time bound (a minute here):
 // nothing will hand it that hold. The holder learns of its loss first.
 func TestMutexCohort_HoldLost_LocalWaiterTriesAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := cohortClient(t)
 	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
 	subscribed(t, c, m)
 	require.NoError(t, m.Lock(ctx))
@@ -141,14 +157,7 @@ func TestMutexCohort_HoldLost_LocalWaiterTriesAtOnce(t *testing.T) {
 	released, err := m.ForceUnlock(ctx)
 	require.NoError(t, err)
 	require.True(t, released)
-	forced := time.Now()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-		require.Less(t, time.Since(forced), 2*time.Second, "the local waiter waited for its time bound")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the local waiter was not served after the cohort's hold was lost")
-	}
+	servedWithin(t, done, 2*time.Second, "after the cohort's hold was lost (it waited for its time bound)")
 	select {
 	case <-lost:
 	default:
@@ -163,11 +172,7 @@ func TestMutexCohort_HoldLost_LocalWaiterTriesAtOnce(t *testing.T) {
 // Redis (which queued the local waiters it found), tries at once, not at
 // its handle's time bound (a minute here).
 func TestMutexCohort_CohortEndsBeforeTheLocalWaiterJoins_ItTriesAtOnce(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := cohortClient(t)
 	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
 	subscribed(t, c, m)
 	require.NoError(t, m.Lock(ctx))
@@ -183,15 +188,8 @@ func TestMutexCohort_CohortEndsBeforeTheLocalWaiterJoins_ItTriesAtOnce(t *testin
 	go func() { done <- m.Lock(ctx) }() // finds the cohort running
 	<-paused
 	require.NoError(t, m.Unlock(ctx)) // nobody in the registry yet: released in Redis
-	unlocked := time.Now()
 	close(resume)
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-		require.Less(t, time.Since(unlocked), 2*time.Second, "the waiter waited for its time bound")
-	case <-time.After(10 * time.Second):
-		t.Fatal("the waiter was not served after the cohort ended")
-	}
+	servedWithin(t, done, 2*time.Second, "after the cohort ended (it waited for its time bound)")
 	require.NoError(t, m.Unlock(ctx))
 	requireFreeWithEmptyQueue(t, c, m)
 }
@@ -203,11 +201,7 @@ func TestMutexCohort_CohortEndsBeforeTheLocalWaiterJoins_ItTriesAtOnce(t *testin
 // lock on the same goroutine (it did, and the Unlock hung for good, the
 // whole Client with it).
 func TestMutexCohort_LocalHandoffReplacesAHoldLostUnnoticed_NoDeadlock(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	c, ctx := cohortClient(t)
 	wm := c.Mutex(t.Name(), WithCohort(4, time.Minute))
 	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
 	subscribed(t, c, m)
@@ -226,12 +220,7 @@ func TestMutexCohort_LocalHandoffReplacesAHoldLostUnnoticed_NoDeadlock(t *testin
 	case <-time.After(5 * time.Second):
 		t.Fatal("the Unlock that hands the hold on hung") // (and Close after it)
 	}
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiter was not served")
-	}
+	servedWithin(t, done, 5*time.Second, "by the local handoff")
 	within := time.After(time.Second)
 	select {
 	case <-lost:
@@ -248,13 +237,9 @@ func TestMutexCohort_LocalHandoffReplacesAHoldLostUnnoticed_NoDeadlock(t *testin
 // hold went on locally while another Client could take the lock. The Core
 // now marks the forced grant, and a local handoff looks for the mark.
 func TestMutexCohort_ForceNoticeDuringALocalHandoff_NothingHandedOn(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	other := New(srv.NewClient(t))
+	c, ctx := cohortClient(t)
+	other := New(c.core.RDB)
 	defer other.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	m := c.Mutex(t.Name(), WithCohort(4, time.Minute))
 	subscribed(t, c, m)
 	require.NoError(t, m.Lock(ctx))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -388,13 +389,7 @@ func TestSemaphore_RequestAboveTotal_HoldsNobodyBackUntilTheTotalCoversIt(t *tes
 	admin := e.client(e.rdb()).Semaphore(n)
 	_, err := admin.TrySetPermits(ctx, 1)
 	require.NoError(t, err)
-	queued := func(want int64) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			got, err := rdb.ZCard(ctx, key(n)+":q").Result()
-			return err == nil && got == want
-		}, 5*time.Second, 2*time.Millisecond, "%d queued", want)
-	}
+	queued := func(want int64) { t.Helper(); semQueued(t, ctx, rdb, n, want) }
 
 	bigDone := make(chan *dlock.Permit, 1)
 	go func() {
@@ -470,13 +465,7 @@ func TestSemaphore_Release_ServesARequestBehindManyTooLargeOnes(t *testing.T) {
 	require.NoError(t, err)
 	p, err := s.Acquire(ctx, 1)
 	require.NoError(t, err)
-	queued := func(want int64) {
-		t.Helper()
-		require.Eventually(t, func() bool {
-			got, err := rdb.ZCard(ctx, key(n)+":q").Result()
-			return err == nil && got == want
-		}, 5*time.Second, 2*time.Millisecond, "%d queued", want)
-	}
+	queued := func(want int64) { t.Helper(); semQueued(t, ctx, rdb, n, want) }
 	const large = 20 // more than the first batch (free permits + 8) and more than its double
 	bigCtx, stopBig := context.WithCancel(ctx)
 	var bigs sync.WaitGroup
@@ -514,4 +503,13 @@ func TestSemaphore_Release_ServesARequestBehindManyTooLargeOnes(t *testing.T) {
 	}
 	stopBig()
 	bigs.Wait()
+}
+
+// semQueued waits until semaphore n has want requests queued.
+func semQueued(t *testing.T, ctx context.Context, rdb *redis.Client, n string, want int64) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		got, err := rdb.ZCard(ctx, key(n)+":q").Result()
+		return err == nil && got == want
+	}, 5*time.Second, 2*time.Millisecond, "%d queued", want)
 }
