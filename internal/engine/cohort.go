@@ -73,10 +73,9 @@ func (m *Mutex) cohortOn() bool {
 // the bound (past the time bound when nobody else waits). It reports false
 // when it handed nothing: l is then still the caller's to release. An error
 // says that the hold it handed on turned out forced (see isForced): the
-// Unlock returns it. A served
-// waiter's place in the queue in Redis, if it had one, joins the cohort's
-// Served, which the release that ends the cohort drops (see the top of
-// this file).
+// Unlock returns it. A served waiter's place in the queue in Redis, if it
+// had one, joins the cohort's Served, which the release that ends the
+// cohort drops (see the top of this file).
 func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	co := l.Cohort
 	if co.End == 0 || co.N >= m.cohort.Max || l.Token >= co.End {
@@ -87,8 +86,8 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	}
 	c := m.h.C
 	if c.isForced(l) {
-		// Another Client's ForceUnlock took it (forcedElsewhere): the
-		// caller's release finds it gone.
+		// A ForceUnlock took it (forcedElsewhere): the caller's release
+		// finds it gone.
 		c.WD.Lose(&l.Lease, errForced)
 		return false, nil
 	}
@@ -196,8 +195,9 @@ func (c *Core) dropServed(ctx context.Context, l *lease.Hold) {
 	}
 }
 
-// errForced is why a hold that another Client's ForceUnlock took is lost.
-var errForced = fmt.Errorf("%w: force-unlocked by another Client", errs.ErrLost)
+// errForced is why a hold that a ForceUnlock took is lost, as its
+// notice tells (forcedElsewhere).
+var errForced = fmt.Errorf("%w: force-unlocked", errs.ErrLost)
 
 // forcedMark is what a ForceUnlock's notice said of a grant of a lock
 // (forcedElsewhere): its token, and when the notice came.
