@@ -29,7 +29,7 @@ import (
 // it there in the same script, in local arrival order, and wakes it to start
 // its waiting mark (wait.WakeQueued); after the cohort's time bound at the latest
 // it tries and queues on its own. It looks again once it has joined the
-// registry (joinedCohort), and tries at once if the cohort ended in
+// registry (cohortRuns), and tries at once if the cohort ended in
 // between: that cohort's release found no such waiter to queue. A cohort
 // hold that is lost ends the cohort as well (Core.cohortLost): its local
 // waiters try at once. Other waiters wait as every Mutex waiter does,
@@ -86,7 +86,7 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	}
 	c := m.h.C
 	if c.isForced(l) {
-		// A ForceUnlock took it (forcedElsewhere): the caller's release
+		// A ForceUnlock took it (forceNotice): the caller's release
 		// finds it gone.
 		c.WD.Lose(&l.Lease, errForced)
 		return false, nil
@@ -116,7 +116,7 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	c.Waits.SetCohort(m.h.Channel, m.h.Key, to)
 	if c.isForced(given) {
 		// A ForceUnlock's notice came while the hold changed slots: the
-		// notice's look at the record may have missed it (forcedElsewhere
+		// notice's look at the record may have missed it (forceNotice
 		// marks before it looks; this looks after the record moved). The
 		// new holder learns from its Lost, the caller from its Unlock.
 		c.WD.Lose(&given.Lease, errForced)
@@ -128,28 +128,19 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 
 // cohortRuns reports whether a hold of m's lock on this Core is in a
 // cohort, on m's handle or on another: a Lock then waits for a local
-// handoff only (see the top of this file).
+// handoff only (see the top of this file). A Lock asks before it waits,
+// and again once it has joined the registry (wait.As.CohortRuns). A cohort
+// found on m's own handle is recorded for the lock's name (SetCohort, which
+// records only while waiters exist, so at the second look), so that Locks
+// on other handles and a ForceUnlock's notice (forceNotice) find its hold.
 func (m *Mutex) cohortRuns() bool {
-	wd := m.h.C.WD
-	if m.slot.inLiveCohort(wd) {
-		return true
-	}
-	s, _ := m.h.C.Waits.CohortAt(m.h.Channel, m.h.Key).(*Slot)
-	return s != nil && s.inLiveCohort(wd)
-}
-
-// joinedCohort is a local waiter's look at the cohort it waits for, once it
-// has joined the registry (wait.As.CohortRuns): whether it still runs. A
-// cohort found on m's own handle is recorded for the lock's name then
-// (SetCohort records only while waiters exist), so that a ForceUnlock
-// elsewhere finds its hold (forcedElsewhere).
-func (m *Mutex) joinedCohort() bool {
 	c := m.h.C
 	if m.slot.inLiveCohort(c.WD) {
 		c.Waits.SetCohort(m.h.Channel, m.h.Key, m.slot)
 		return true
 	}
-	return m.cohortRuns()
+	s, _ := c.Waits.CohortAt(m.h.Channel, m.h.Key).(*Slot)
+	return s != nil && s.inLiveCohort(c.WD)
 }
 
 // cohortLost ends the cohort of l, a Mutex hold just lost: the goroutines
@@ -196,11 +187,11 @@ func (c *Core) dropServed(ctx context.Context, l *lease.Hold) {
 }
 
 // errForced is why a hold that a ForceUnlock took is lost, as its
-// notice tells (forcedElsewhere).
+// notice tells (forceNotice).
 var errForced = fmt.Errorf("%w: force-unlocked", errs.ErrLost)
 
 // forcedMark is what a ForceUnlock's notice said of a grant of a lock
-// (forcedElsewhere): its token, and when the notice came.
+// (forceNotice): its token, and when the notice came.
 type forcedMark struct {
 	token uint64
 	at    time.Time
@@ -220,13 +211,16 @@ func (c *Core) markForced(key, id string, token uint64) {
 		return true
 	})
 	c.forced.Store(HoldKey(key, id), forcedMark{token: token, at: now})
+	n := int32(0)
+	c.forced.Range(func(any, any) bool { n++; return true })
+	c.forcedMarks.Store(n) // after the mark: see forceNotice for the order
 }
 
 // isForced reports whether l, a cohort's hold, comes from a grant that a
 // ForceUnlock took.
 func (c *Core) isForced(l *lease.Hold) bool {
-	if l == nil || l.Cohort.End == 0 {
-		return false
+	if l == nil || l.Cohort.End == 0 || c.forcedMarks.Load() == 0 {
+		return false // (no lookup on a local handoff while no mark is kept)
 	}
 	v, ok := c.forced.Load(HoldKey(l.Key, l.Spec.ID))
 	return ok && v.(forcedMark).token == l.Cohort.Grant

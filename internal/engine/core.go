@@ -70,12 +70,13 @@ type Core struct {
 	bgCancel  context.CancelFunc
 	bgStopped bool // guarded by bgMu
 
-	noted      sync.Map      // keys FirstTime has seen
-	forced     sync.Map      // lock key and grant ID (HoldKey) -> forcedMark (cohort.go)
-	maxRenewed atomic.Int64  // the longest WithRenewedLease of the Core's handles, ns
-	waiterSeq  atomic.Uint64 // numbers waiters that have no ID of their own
-	closed     atomic.Bool
-	closeOnce  sync.Once
+	noted       sync.Map      // keys FirstTime has seen
+	forced      sync.Map      // lock key and grant ID (HoldKey) -> forcedMark (cohort.go)
+	forcedMarks atomic.Int32  // how many marks forced keeps (markForced)
+	maxRenewed  atomic.Int64  // the longest WithRenewedLease of the Core's handles, ns
+	waiterSeq   atomic.Uint64 // numbers waiters that have no ID of their own
+	closed      atomic.Bool
+	closeOnce   sync.Once
 }
 
 // Hooks let internal tests stop a Core at the points where a race they
@@ -85,7 +86,7 @@ type Hooks struct {
 	BeforeCohortRelease func() // Mutex release: a cohort's local waiters were queued for the releasing script
 	BeforeLocalWait     func() // Mutex Lock: it found a cohort running, and is about to wait for a local handoff
 	BeforePassLocal     func() // Mutex Unlock: the hold is out of its slot, about to be handed on locally
-	AfterForcedNotice   func() // a ForceUnlock's notice was acted on (forcedElsewhere)
+	AfterForcedNotice   func() // a ForceUnlock's notice was acted on (forceNotice)
 }
 
 // New returns the Core of a Client on rdb. err, when not nil, is bad input
@@ -228,7 +229,7 @@ func (h hubHandler) Message(channel, payload string) {
 		// A ForceUnlock (this Client's too) took a hold away (excl_force);
 		// it wakes nobody: the grant that follows, if any, does.
 		if len(m.Wake.IDs) == 1 && m.Wake.Fence > 0 {
-			h.c.forcedElsewhere(channel, m.Wake.IDs[0], m.Wake.Fence)
+			h.c.forceNotice(channel, m.Wake.IDs[0], m.Wake.Fence)
 		}
 		return
 	}
@@ -238,7 +239,7 @@ func (h hubHandler) Message(channel, payload string) {
 	h.c.Waits.Wake(channel, m.Wake, wait.WakeRelease)
 }
 
-// forcedElsewhere reports lost the hold of this Core that a ForceUnlock
+// forceNotice reports lost the hold of this Core that a ForceUnlock
 // took away, the grant id with token, as far as the Core can find it by the
 // channel it heard of it on: a counted hold of that owner with that token
 // (an owner's ID outlives its holds), or a Mutex cohort's hold of that
@@ -248,7 +249,7 @@ func (h hubHandler) Message(channel, payload string) {
 // (passLocal). The holder learns at once rather than at its next renewal.
 // Other holds are left to their renewals, as are the holds of a Client not
 // subscribed to the lock's channel (one with no goroutine waiting for it).
-func (c *Core) forcedElsewhere(channel, id string, token uint64) {
+func (c *Core) forceNotice(channel, id string, token uint64) {
 	key, ok := strings.CutSuffix(channel, wire.ChannelSuffix)
 	if !ok {
 		return

@@ -56,7 +56,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 	if m.cohortOn() {
 		as.Cohort, as.Place = m, t.waiter
 		as.Local, as.LocalFor = block && m.cohortRuns(), m.cohort.MaxTime
-		as.CohortRuns = m.joinedCohort
+		as.CohortRuns = m.cohortRuns
 	}
 	a := m.h.NewAcquisition(ctx, t, op, block, as)
 	if as.Local {
