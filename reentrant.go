@@ -7,8 +7,6 @@ import (
 	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wait"
-	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // ReentrantMutex is a distributed lock that its owner may take again while
@@ -28,6 +26,7 @@ import (
 // Make one with Client.ReentrantMutex. The zero ReentrantMutex is not usable.
 type ReentrantMutex struct {
 	h    *engine.Handle
+	lk   *engine.Reentrant
 	x    *engine.Excl
 	self string // owner ID used when ctx names none (WithHandleOwner); else ""
 }
@@ -36,29 +35,25 @@ type ReentrantMutex struct {
 // nothing to Redis. An empty name or an invalid option makes every method
 // return an error wrapping ErrInvalid. A plain Mutex and a ReentrantMutex
 // must not share a name: the second to lock gets an error saying the key is
-// not a lock of its kind.
+// not a lock of its kind. It cohorts as a Mutex does (WithCohort): its last
+// Unlock hands the lock to another owner's Lock waiting on this Client
+// without a round trip, within the same bounds.
 func (c *Client) ReentrantMutex(name string, opts ...LockOption) *ReentrantMutex {
 	lc := buildLockConfig(opts)
 	h := c.core.NewHandle(telemetry.KindReentrant, name, lc.lease, lc.renewed, lc.err, engine.ExclKeys...)
-	return &ReentrantMutex{h: h, x: engine.NewExcl(h, true), self: handleOwnerID(c, lc)}
+	lk := engine.NewReentrant(h, lc.cohort)
+	return &ReentrantMutex{h: h, lk: lk, x: lk.Excl(), self: handleOwnerID(c, lc)}
 }
 
 // Name returns the lock's name, without the key prefix.
 func (r *ReentrantMutex) Name() string { return r.h.Name }
 
-// hold returns the owner in ctx's side of the lock.
-func (r *ReentrantMutex) hold(ctx context.Context) (*engine.Counted, error) {
+// owner returns the owner ID of a call with ctx.
+func (r *ReentrantMutex) owner(ctx context.Context) (string, error) {
 	if err := r.h.Usable(ctx); err != nil {
-		return nil, err
+		return "", err
 	}
-	owner, err := ownerID(r.h.C, ctx, r.self)
-	if err != nil {
-		return nil, err
-	}
-	hk := engine.HoldKey(r.h.Key, owner)
-	waiter := wire.ExclWaiter(r.h.Lease, 0, owner)
-	return &engine.Counted{H: r.h, Ops: reentrantOps{r}, Owner: owner, HK: hk, Gate: hk, LeaseKey: r.h.Key, Spec: wire.SpecHolder,
-		Waiter: waiter, MarkKey: r.x.Keys()[2], MarkExtra: r.x.Keys()[1:2], MarkSpec: wire.Spec{Kind: wire.SpecMemberWith, ID: waiter}}, nil
+	return ownerID(r.h.C, ctx, r.self)
 }
 
 // Lock blocks until the owner holds the lock, ctx ends, or the Client closes.
@@ -90,31 +85,11 @@ func (r *ReentrantMutex) TryLock(ctx context.Context) (ok bool, err error) {
 }
 
 func (r *ReentrantMutex) acquire(ctx context.Context, op string, block bool) (bool, error) {
-	k, err := r.hold(ctx)
+	owner, err := r.owner(ctx)
 	if err != nil {
 		return false, err
 	}
-	return k.NewAcquisition(ctx, op, block, true, wait.As{Owner: k.Owner}).Run()
-}
-
-// reentrantOps are the scripts of a ReentrantMutex: the exclusive lock's,
-// counted.
-type reentrantOps struct{ r *ReentrantMutex }
-
-func (o reentrantOps) TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
-	return o.r.x.Try(ctx, waiter, owner, 0, ttl, markTTL, known)
-}
-
-func (o reentrantOps) ServerCount(ctx context.Context, owner string) (int64, error) {
-	return o.r.h.C.HolderCount(ctx, o.r.h.Key, owner)
-}
-
-func (o reentrantOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
-	return o.r.x.Unlock(ctx, owner)
-}
-
-func (o reentrantOps) LeaveQueue(ctx context.Context, _, waiter string, known int64) {
-	o.r.x.CancelOwner(ctx, waiter, known)
+	return r.lk.Acquire(ctx, owner, op, block)
 }
 
 // Unlock drops one of the owner's holds; the last one releases the lock and
@@ -128,12 +103,12 @@ func (o reentrantOps) LeaveQueue(ctx context.Context, _, waiter string, known in
 func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
 	ctx, sp, err := r.h.Begin(ctx, "dlock.ReentrantMutex.Unlock")
 	defer func() { sp.EndRelease(err) }()
-	var k *engine.Counted
+	var owner string
 	if err == nil {
-		k, err = r.hold(ctx)
+		owner, err = r.owner(ctx)
 	}
 	if err == nil {
-		err = k.Release(ctx, "unlock")
+		err = r.lk.Release(ctx, owner, "unlock")
 	}
 	return err
 }
@@ -141,18 +116,11 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
 // HoldCount returns how many holds the owner in ctx has on the lock (0 when
 // none), as Redis sees it.
 func (r *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
-	k, err := r.hold(ctx)
+	owner, err := r.owner(ctx)
 	if err != nil {
 		return 0, err
 	}
-	st, err := r.x.State(ctx)
-	if err != nil {
-		return 0, r.h.Fail("holdcount", err)
-	}
-	if st.Holder != k.Owner {
-		return 0, nil
-	}
-	return int(st.Count), nil
+	return r.lk.HoldCount(ctx, owner)
 }
 
 // IsLocked reports whether any owner holds the lock.
@@ -213,9 +181,9 @@ func (r *ReentrantMutex) HoldContext(ctx context.Context) (context.Context, cont
 }
 
 func (r *ReentrantMutex) holdOf(ctx context.Context) *lease.Hold {
-	k, err := r.hold(ctx)
+	owner, err := r.owner(ctx)
 	if err != nil {
 		return nil
 	}
-	return k.Hold()
+	return r.lk.Hold(owner)
 }

@@ -92,6 +92,11 @@ var cohortBounds []int
 // (-cont-libs).
 var contOnlyLibs []string
 
+// contOnlyPrims, when set, are the only primitives (the rows' first
+// column: "Mutex", "ReentrantMutex", ...) whose rows the section runs
+// (-cont-prims).
+var contOnlyPrims []string
+
 // contEntries are the section's entries; masters, when given, are the
 // Redlock masters for the Redlock Mutex rows (dlock against redsync).
 func contEntries(masters []string) []contEntry {
@@ -445,6 +450,9 @@ func runContention(cc contConfig, addr string) *contResult {
 	res := &contResult{cfg: cc, entryNames: contEntries(masters)}
 	if len(contOnlyLibs) > 0 {
 		res.entryNames = slices.DeleteFunc(res.entryNames, func(e contEntry) bool { return !slices.Contains(contOnlyLibs, e.lib) })
+	}
+	if len(contOnlyPrims) > 0 {
+		res.entryNames = slices.DeleteFunc(res.entryNames, func(e contEntry) bool { return !slices.Contains(contOnlyPrims, e.prim) })
 	}
 	cal := calibrateSleep(cc.hold, 500)
 	res.sleepMean, res.sleepP50, res.sleepP99 = meanDur(cal), pct(cal, .5), pct(cal, .99)

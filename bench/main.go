@@ -55,6 +55,7 @@ func main() {
 	contClients := flag.String("cont-clients", "1,4,16", "contention: the numbers of Clients (processes) to run, comma-separated")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run (this process: the bench and the libraries under test) to this file")
 	contLibs := flag.String("cont-libs", "", `contention: run only the rows of these libraries, comma-separated (e.g. "dlock"); default all`)
+	contPrims := flag.String("cont-prims", "", `contention: run only the rows of these primitives, comma-separated, as the table names them (e.g. "ReentrantMutex,RWMutex (write)"); default all`)
 	contCohort := flag.String("cont-cohort", "", "contention: WithCohort bounds (local handoffs) to run a Mutex row for besides the default's ("+strconv.Itoa(dlock.DefaultCohortHandoffs)+"), comma-separated")
 	flag.IntVar(&cfg.cont.goroutines, "cont-goroutines", 4, "contention: goroutines per Client")
 	flag.DurationVar(&cfg.cont.dur, "cont-dur", 0, "contention: measured duration of one run (default 3s, quick 600ms)")
@@ -86,6 +87,10 @@ func main() {
 	contOnlyLibs = nil
 	if *contLibs != "" {
 		contOnlyLibs = strings.Split(*contLibs, ",")
+	}
+	contOnlyPrims = nil
+	if *contPrims != "" {
+		contOnlyPrims = strings.Split(*contPrims, ",")
 	}
 	cohortBounds = nil
 	for f := range strings.SplitSeq(*contCohort, ",") {

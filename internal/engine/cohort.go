@@ -65,7 +65,7 @@ type CohortBound struct {
 // cohortOn reports whether m hands its holds on locally: a Mutex (not an
 // Election's lock) with a bound and no fixed lease.
 func (m *Mutex) cohortOn() bool {
-	return m.cohort.Max > 0 && m.h.Lease == 0 && m.h.Kind == telemetry.KindMutex
+	return m.cohort.Max > 0 && m.h.Lease == 0 && (m.h.Kind == telemetry.KindMutex || m.h.Kind == telemetry.KindReentrant)
 }
 
 // passLocal hands l, just taken out of the slot by Unlock, to the first
@@ -95,6 +95,9 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	var given *lease.Hold
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
+		if wm.h.Kind != m.h.Kind {
+			return nil // a Mutex and a ReentrantMutex of one name: each fails on the other's key
+		}
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
 		nl.Token = l.Token + 1
 		nl.Cohort = lease.CohortState{Grant: co.Grant, End: co.End, N: co.N + 1, Since: co.Since, Served: co.Served, Quiet: co.Quiet}
@@ -177,10 +180,10 @@ func (c *Core) DropServed(l *lease.Hold) {
 }
 
 func (c *Core) dropServed(ctx context.Context, l *lease.Hold) {
-	if len(l.Cohort.Served) == 0 || l.Kind != telemetry.KindMutex {
+	if len(l.Cohort.Served) == 0 || l.Kind != telemetry.KindMutex && l.Kind != telemetry.KindReentrant {
 		return
 	}
-	x := NewExcl(c.NewHandle(l.Kind, l.Name, 0, 0, nil, ExclKeys...), false)
+	x := NewExcl(c.NewHandle(l.Kind, l.Name, 0, 0, nil, ExclKeys...), l.Kind == telemetry.KindReentrant)
 	for _, p := range l.Cohort.Served {
 		x.Cancel(ctx, p)
 	}

@@ -242,7 +242,8 @@ func (h hubHandler) Message(channel, payload string) {
 // forceNotice reports lost the hold of this Core that a ForceUnlock
 // took away, the grant id with token, as far as the Core can find it by the
 // channel it heard of it on: a counted hold of that owner with that token
-// (an owner's ID outlives its holds), or a Mutex cohort's hold of that
+// (an owner's ID outlives its holds), a ReentrantMutex owner's hold of that
+// grant, or a Mutex cohort's hold of that
 // grant. For the cohort it marks the grant as forced (markForced) before it
 // looks at the hold the registry records for the lock's cohort, so that a
 // local handoff under way, or one to come, finds the mark instead
@@ -256,6 +257,11 @@ func (c *Core) forceNotice(channel, id string, token uint64) {
 	}
 	if l := c.heldLease(HoldKey(key, id)); l != nil && l.Token == token {
 		c.WD.Lose(&l.Lease, errForced)
+	}
+	for _, l := range c.grantsOf(key, id) { // a ReentrantMutex's (reentrant.go)
+		if l.Token == token || l.Cohort.Grant == token {
+			c.WD.Lose(&l.Lease, errForced)
+		}
 	}
 	c.markForced(key, id, token)
 	if s, _ := c.Waits.CohortAt(channel, key).(*Slot); s != nil {

@@ -23,11 +23,15 @@ type holdTable struct {
 	mu    sync.Mutex
 	holds map[string]*lease.Hold // by HoldKey(key, owner)
 	gates map[string]*ownerGate  // by HoldKey (or a shared gate's name)
+	// views are the Mutex engines whose slots keep a ReentrantMutex
+	// owner's grant (reentrant.go), by HoldKey like its hold in holds.
+	views map[string]*Mutex
 }
 
 func (t *holdTable) init() {
 	t.holds = make(map[string]*lease.Hold)
 	t.gates = make(map[string]*ownerGate)
+	t.views = make(map[string]*Mutex)
 }
 
 // HoldKey is the key of an owner's hold on a lock in the hold table.
@@ -45,8 +49,33 @@ func (c *Core) forgetHold(hk string, l *lease.Hold) {
 	c.holds.mu.Lock()
 	if c.holds.holds[hk] == l {
 		delete(c.holds.holds, hk)
+		delete(c.holds.views, hk)
 	}
 	c.holds.mu.Unlock()
+}
+
+// recordGrant records l, a ReentrantMutex grant that the watchdog keeps
+// already, as the owner's hold hk (count 1), kept in m's slot. A hold of
+// the owner still recorded as live was lost: the key was free, or handed
+// to the owner's call, while it held.
+func (c *Core) recordGrant(hk string, l *lease.Hold, m *Mutex) {
+	t := &c.holds
+	t.mu.Lock()
+	old := t.holds[hk]
+	l.Count = 1
+	t.holds[hk], t.views[hk] = l, m
+	t.mu.Unlock()
+	if old != nil && old != l {
+		c.WD.Lose(&old.Lease, fmt.Errorf("%w: hold gone before the owner locked again", errs.ErrLost))
+	}
+}
+
+// grantOf returns a ReentrantMutex owner's hold hk and the Mutex engine
+// whose slot keeps it, or nils.
+func (c *Core) grantOf(hk string) (*lease.Hold, *Mutex) {
+	c.holds.mu.Lock()
+	defer c.holds.mu.Unlock()
+	return c.holds.holds[hk], c.holds.views[hk]
 }
 
 // trackHold records that the server now counts n holds for hk. A first hold
@@ -95,6 +124,21 @@ func (c *Core) LoseAll(key string, cause error) {
 	for _, l := range lost {
 		c.WD.Lose(&l.Lease, cause)
 	}
+}
+
+// grantsOf returns the ReentrantMutex holds this Core records on the lock
+// of key under the grant id, whoever their owner.
+func (c *Core) grantsOf(key, id string) []*lease.Hold {
+	prefix := HoldKey(key, "")
+	var ls []*lease.Hold
+	c.holds.mu.Lock()
+	for hk, m := range c.holds.views {
+		if l := c.holds.holds[hk]; m != nil && l != nil && l.Spec.ID == id && strings.HasPrefix(hk, prefix) {
+			ls = append(ls, l)
+		}
+	}
+	c.holds.mu.Unlock()
+	return ls
 }
 
 // ownerGate orders the calls of one owner on one lock through this Core.

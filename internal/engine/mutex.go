@@ -19,6 +19,7 @@ type Mutex struct {
 	x      *Excl
 	slot   *Slot
 	cohort CohortBound
+	owner  string // a ReentrantMutex call's owner (reentrant.go); else ""
 }
 
 // NewMutex returns the engine of the Mutex whose handle is h (made with
@@ -33,7 +34,8 @@ func (m *Mutex) HandsOver() bool { return true }
 
 // Acquire runs one Lock or TryLock call.
 func (m *Mutex) Acquire(ctx context.Context, op string, block bool) (bool, error) {
-	return m.acquisition(ctx, op, block).Run()
+	a, _ := m.acquisition(ctx, op, block)
+	return a.Run()
 }
 
 // mutexTry is one Lock or TryLock call of a Mutex: the Acquirer of its
@@ -43,20 +45,29 @@ type mutexTry struct {
 	id      string
 	reserve int    // tokens its grant reserves after its own (cohort.go)
 	waiter  string // id as it queues: see wire.ExclWaiter
+	// A ReentrantMutex call (reentrant.go): the hold it is re-entering
+	// (for GiveBack), and whether it re-entered its owner's hold.
+	reentry   *lease.Hold
+	reentered bool
 }
 
-func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisition {
+func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquisition, *mutexTry) {
 	id := m.h.C.NewToken()
 	t := &mutexTry{m: m, id: id}
 	if m.cohortOn() {
 		t.reserve = m.cohort.Max // the tokens of the local handoffs (cohort.go)
 	}
 	t.waiter = wire.ExclWaiter(m.h.Lease, t.reserve, id)
-	as := wait.As{ID: id}
+	as := wait.As{ID: id, Owner: m.owner}
 	if m.cohortOn() {
 		as.Cohort, as.Place = m, t.waiter
 		as.Local, as.LocalFor = block && m.cohortRuns(), m.cohort.MaxTime
 		as.CohortRuns = m.cohortRuns
+		if m.owner != "" {
+			// An owner that holds now re-enters rather than wait for a
+			// handoff (Registry.Took wakes it if it comes later).
+			as.CohortRuns = func() bool { return m.cohortRuns() && m.h.C.heldLease(HoldKey(m.h.Key, m.owner)) == nil }
+		}
 	}
 	a := m.h.NewAcquisition(ctx, t, op, block, as)
 	if as.Local {
@@ -69,11 +80,14 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) *Acquisi
 	a.As.Handed = func(token uint64) (bool, error) {
 		return a.TakeHanded(token, func(token uint64) error { return t.keep(a, token, false) })
 	}
-	return a
+	return a, t
 }
 
 func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
 	m := t.m
+	if done, ok, err := t.reenter(a); done {
+		return ok, 0, err
+	}
 	markTTL := a.Sending()
 	r, err := m.x.Try(a.TryCtx(), t.waiter, t.id, t.reserve, a.TTL, markTTL, 0)
 	if err != nil {
@@ -114,6 +128,10 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 }
 
 func (t *mutexTry) GiveBack(a *Acquisition) {
+	if t.reentry != nil {
+		_, _ = t.m.x.Unlock(a.NC, t.reentry.Spec.ID) // one hold of the owner's grant
+		return
+	}
 	if _, err := t.m.x.Unlock(a.NC, t.id); err != nil {
 		t.m.x.Cancel(a.NC, t.waiter)
 	}

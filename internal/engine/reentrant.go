@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wire"
+)
+
+// Reentrant is the engine of a ReentrantMutex on one Redis: the Mutex
+// engine, plus a table of owners.
+//
+// Owners are scoped to their Client, so no other process ever acts as one,
+// and the hold in Redis need not be named by its owner. Each Redis grant is
+// a Mutex grant: a fresh ID per acquisition (its own waiter's place,
+// reserved tokens, handoffs claimed from their message, lock cohorting),
+// made by a Mutex engine of its own for the call (view). The Core's hold
+// table maps the owner to that hold (and to the view, whose slot keeps it):
+//
+//   - a Lock of an owner that holds re-enters the grant: excl_try with the
+//     grant's ID and the owner's count adds one hold in Redis, so that
+//     Redis's n is always the count of the grant's current owner;
+//   - an Unlock of an owner that holds more than once drops one in Redis
+//     (excl_unlock with the grant's ID); its last hold goes through the
+//     Mutex engine's Release, which hands it to a goroutine of the Client
+//     waiting for the lock (any owner's: a cohort) or releases it in Redis;
+//   - an Unlock of an owner without a hold is answered here, with no round
+//     trip: nobody else can hold as this owner.
+//
+// Calls of one owner run in parallel. The first of them to be granted
+// records the hold and wakes the others waiting (Registry.Took, through
+// their wait.As.Owner); they re-enter and take their own places out of the
+// queue (reenter). A hold that a local handoff gave to a waiting owner is
+// recorded when its Lock returns. Every change of an owner's record runs
+// under the owner's gate, in the order Redis applied it.
+type Reentrant struct {
+	h      *Handle
+	x      *Excl
+	cohort CohortBound
+}
+
+// NewReentrant returns the engine of the ReentrantMutex whose handle is h
+// (made with ExclKeys).
+func NewReentrant(h *Handle, cohort CohortBound) *Reentrant {
+	return &Reentrant{h: h, x: NewExcl(h, true), cohort: cohort}
+}
+
+// Excl returns the exclusive lock the engine runs on.
+func (r *Reentrant) Excl() *Excl { return r.x }
+
+// view is a Mutex engine over r's lock for one acquiring call of owner,
+// with a slot of its own for the grant.
+func (r *Reentrant) view(owner string) *Mutex {
+	return &Mutex{h: r.h, x: r.x, slot: &Slot{}, cohort: r.cohort, owner: owner}
+}
+
+// Acquire runs one Lock or TryLock of owner: a re-entry if the owner
+// holds, else an acquisition of a grant of its own.
+func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (bool, error) {
+	m := r.view(owner)
+	a, t := m.acquisition(ctx, op, block)
+	if done, ok, err := t.reenter(a); done {
+		return ok, err
+	}
+	ok, err := a.Run()
+	if !ok || err != nil || t.reentered {
+		return ok, err
+	}
+	l := m.slot.Get()
+	if l == nil {
+		// Abandoned: nothing hands a hold out of a slot whose Lock has not
+		// returned, but the hold may have been lost and given back.
+		return false, errs.Op(op, r.h.Name, "", errs.ErrLost)
+	}
+	c := r.h.C
+	hk := HoldKey(r.h.Key, owner)
+	unlock := c.gate(hk)
+	c.recordGrant(hk, l, m)
+	unlock()
+	if c.Waits.Has(r.h.Channel) {
+		c.Waits.Took(r.h.Channel, owner, l.Token) // the owner's other calls re-enter
+	}
+	return true, nil
+}
+
+// reenter makes t's call a re-entry when the Core records a live hold of
+// its owner: excl_try with the hold's grant ID and count adds one hold. It
+// reports done when it settled the call (ok, or an error). A re-entry that
+// finds the grant gone reports the hold lost and leaves the call to try
+// for a grant of its own (done false). A call that had queued in Redis
+// takes its place out (it will not need it).
+func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
+	m := t.m
+	c := m.h.C
+	if m.owner == "" {
+		return false, false, nil
+	}
+	hk := HoldKey(m.h.Key, m.owner)
+	if c.heldLease(hk) == nil { // the usual case: no gate needed to say so
+		return false, false, nil
+	}
+	defer c.gate(hk)()
+	l := c.heldLease(hk)
+	if l == nil || !c.WD.IsHeld(&l.Lease) {
+		return false, false, nil
+	}
+	id := l.Spec.ID
+	a.Sending() // a re-entry never queues
+	r, err := m.x.Try(a.TryCtx(), wire.ExclWaiter(0, 0, id), id, 0, a.TTL, 0, l.Count)
+	if err != nil {
+		if errs.OutcomeUnknown(err) {
+			if n, rerr := c.HolderCount(a.NC, m.h.Key, id); rerr == nil && n == l.Count+1 {
+				_, _ = m.x.Unlock(a.NC, id)
+			}
+		}
+		return true, false, m.h.Fail(a.Op, err)
+	}
+	switch {
+	case r.Held && r.Count > 1:
+		t.reentry = l
+		ok, _, err = a.Granted(func() error {
+			l.Count = r.Count
+			telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(r.Count))
+			return nil
+		})
+		t.reentry = nil
+		if ok {
+			t.reentered = true
+			if a.mark != nil { // it queued before the owner held: leave
+				m.x.Cancel(a.NC, t.waiter)
+			}
+		}
+		return true, ok, err
+	case r.Held:
+		// The grant was gone and the lock free: the try took it afresh
+		// under the old ID, without the terms of a grant of this call.
+		_, _ = m.x.Unlock(a.NC, id)
+	}
+	c.WD.Lose(&l.Lease, fmt.Errorf("%w: hold gone before the owner locked again", errs.ErrLost))
+	c.forgetHold(hk, l)
+	return false, false, nil
+}
+
+// Release drops one hold of owner (Unlock).
+func (r *Reentrant) Release(ctx context.Context, owner, op string) error {
+	c := r.h.C
+	hk := HoldKey(r.h.Key, owner)
+	defer c.gate(hk)()
+	l, m := c.grantOf(hk)
+	if l == nil {
+		return errs.Op(op, r.h.Name, "", errs.ErrNotHeld)
+	}
+	if err := r.h.LostAlready(op, l); err != nil {
+		c.forgetHold(hk, l)
+		m.slot.TakeIf(l)
+		return err
+	}
+	if l.Count > 1 {
+		r.h.BeginRelease(l)
+		n, err := r.x.Unlock(Detach(ctx), l.Spec.ID)
+		if err != nil {
+			err = r.h.Fail(op, err)
+		} else if n <= 0 {
+			c.forgetHold(hk, l)
+			m.slot.TakeIf(l)
+		}
+		return r.h.SettleRelease(op, l, n, err, false)
+	}
+	m.slot.TakeIf(l)
+	err := m.Release(ctx, l, op)
+	switch {
+	case l.Count > 1:
+		m.slot.Restore(l) // Redis counted more holds than the Core: l goes on
+	case m.slot.Get() != l:
+		c.forgetHold(hk, l) // else the release failed: Unlock may retry
+	}
+	return err
+}
+
+// HoldCount returns how many holds owner has, as Redis counts them: 0 when
+// Redis names another holder than the owner's grant, or when the Core
+// records no hold of the owner (the read still checks the key's kind).
+func (r *Reentrant) HoldCount(ctx context.Context, owner string) (int, error) {
+	st, err := r.x.State(ctx)
+	if err != nil {
+		return 0, r.h.Fail("holdcount", err)
+	}
+	if l := r.Hold(owner); l == nil || st.Holder != l.Spec.ID {
+		return 0, nil
+	}
+	return int(st.Count), nil
+}
+
+// Hold returns the hold the Core records for owner, or nil.
+func (r *Reentrant) Hold(owner string) *lease.Hold { return r.h.C.heldLease(HoldKey(r.h.Key, owner)) }

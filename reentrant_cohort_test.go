@@ -1,0 +1,211 @@
+package dlock_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/dlock-go/dlock"
+)
+
+// The ReentrantMutex runs on the Mutex engine (internal/engine's
+// reentrant.go): each Redis grant is a grant of its own, which the last
+// Unlock of its owner hands to another owner waiting on the same Client.
+
+// Four Clients, four owners on each (one per goroutine), each re-entering
+// once per hold: an exact counter, one token per hold (re-entry keeps it)
+// strictly increasing across holds, local handoffs between owners, and
+// every owner served.
+func TestReentrantCohort_OwnersExclude_TokensIncrease_LocalHandoffs(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	const clients, per, rounds = 4, 4, 25
+	ctx := ctxTimeout(t, 60*time.Second)
+	rec := &cohortRecord{}
+	served := make([]int, clients*per)
+	var inside, counter int64
+	var wg sync.WaitGroup
+	for ci := range clients {
+		c := e.client(e.rdb())
+		for gi := range per {
+			who := ci*per + gi
+			r := c.ReentrantMutex(n)
+			octx := dlock.WithNewOwner(ctx)
+			wg.Go(func() {
+				for range rounds {
+					if err := r.Lock(octx); err != nil {
+						t.Error(err)
+						return
+					}
+					token := r.Token(octx)
+					if err := r.Lock(octx); err != nil { // re-entry
+						t.Error(err)
+						return
+					}
+					if atomic.AddInt64(&inside, 1) != 1 {
+						t.Error("two owners held at once")
+					}
+					v := counter
+					time.Sleep(200 * time.Microsecond)
+					counter = v + 1
+					if got := r.Token(octx); got != token {
+						t.Errorf("re-entry changed the token from %d to %d", token, got)
+					}
+					rec.add(who, token)
+					served[who]++
+					atomic.AddInt64(&inside, -1)
+					for range 2 {
+						if err := r.Unlock(octx); err != nil {
+							t.Error(err)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	assert.EqualValues(t, clients*per*rounds, counter)
+	local := checkTokens(t, rec.tokens, dlock.DefaultCohortHandoffs)
+	t.Logf("%d holds, %d handed on locally", len(rec.tokens), local)
+	assert.Positive(t, local, "no hold was handed to another owner locally")
+	for who, s := range served {
+		assert.Equal(t, rounds, s, "owner %d", who)
+	}
+	requireFreeSoon(t, ctx, e, n)
+}
+
+// Owner a's last Unlock hands the lock to owner b waiting on another handle
+// of the same Client without a round trip (the next token of the grant's
+// block); b then counts its own holds, in Redis too, and a holds nothing.
+// A waiter on another Client is served through Redis.
+func TestReentrantCohort_LastUnlockHandsToAnotherOwnerOfTheClient(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c, other := e.client(e.rdb()), e.client(e.rdb())
+	for _, tc := range []struct {
+		name  string
+		on    *dlock.Client
+		local bool
+	}{{"owner on the same Client", c, true}, {"owner on another Client", other, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A long time bound: the test waits between the Unlocks.
+			a, actx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
+			b, bctx := tc.on.ReentrantMutex(n), dlock.WithOwner(ctx, "b")
+			require.NoError(t, a.Lock(actx))
+			require.NoError(t, a.Lock(actx))
+			first := a.Token(actx)
+			done := make(chan error, 1)
+			go func() { done <- b.Lock(bctx) }()
+			waitQueued(t, e, n, 1)
+			if tc.local {
+				require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			}
+			require.NoError(t, a.Unlock(actx))
+			select {
+			case <-done:
+				t.Fatal("b held while a still held once")
+			case <-time.After(50 * time.Millisecond):
+			}
+			require.NoError(t, a.Unlock(actx))
+			require.NoError(t, <-done)
+			assert.Equal(t, tc.local, b.Token(bctx) == first+1, "tokens %d then %d", first, b.Token(bctx))
+			assert.Zero(t, a.Token(actx), "a holds nothing after its last Unlock")
+			assert.ErrorIs(t, a.Unlock(actx), dlock.ErrNotHeld)
+			count, err := a.HoldCount(actx)
+			require.NoError(t, err)
+			assert.Zero(t, count)
+
+			require.NoError(t, b.Lock(bctx))
+			count, err = b.HoldCount(bctx)
+			require.NoError(t, err)
+			assert.Equal(t, 2, count)
+			assert.Equal(t, "2", e.rdb().HGet(ctx, key(n), "n").Val(), "Redis counts b's holds")
+			require.NoError(t, b.Unlock(bctx))
+			require.NoError(t, b.Unlock(bctx))
+			requireFreeSoon(t, ctx, e, n)
+		})
+	}
+}
+
+// Calls of one owner waiting at once: the first to be granted holds, and
+// the others re-enter its grant and leave the queue in Redis, so that the
+// owner counts one hold per call, under one token.
+func TestReentrantMutex_ConcurrentCallsOfOneOwner_ReenterTheFirstGrant(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	holder, hctx := e.client(e.rdb()).ReentrantMutex(n), dlock.WithOwner(ctx, "holder")
+	require.NoError(t, holder.Lock(hctx))
+	const calls = 3
+	octx := dlock.WithOwner(ctx, "o")
+	tokens := make(chan uint64, calls)
+	for range calls {
+		r := c.ReentrantMutex(n)
+		go func() {
+			if err := r.Lock(octx); err != nil {
+				t.Error(err)
+				tokens <- 0
+				return
+			}
+			tokens <- r.Token(octx)
+		}()
+	}
+	waitQueued(t, e, n, calls)
+	require.NoError(t, holder.Unlock(hctx))
+	first := <-tokens
+	require.NotZero(t, first)
+	for range calls - 1 {
+		assert.Equal(t, first, <-tokens, "a call of the owner holds under another token")
+	}
+	r := c.ReentrantMutex(n)
+	count, err := r.HoldCount(octx)
+	require.NoError(t, err)
+	assert.Equal(t, calls, count)
+	require.Eventually(t, func() bool { return e.rdb().ZCard(ctx, key(n)+":mq").Val() == 0 }, time.Second, 5*time.Millisecond,
+		"the calls that re-entered left places queued")
+	for range calls {
+		require.NoError(t, r.Unlock(octx))
+	}
+	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
+	requireFreeSoon(t, ctx, e, n)
+}
+
+// A ForceUnlock on another Client reaches an owner whose Client has another
+// owner waiting (and so hears the force's notice) at once, not at its next
+// renewal, and the waiter is served by a new grant, not by a local handoff
+// of the forced one.
+func TestReentrantCohort_ForceUnlockElsewhere_OwnerToldAtOnce(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	a, actx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
+	require.NoError(t, a.Lock(actx))
+	first, lost := a.Token(actx), a.Lost(actx)
+	b, bctx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
+	got := make(chan uint64, 1)
+	go func() {
+		assert.NoError(t, b.Lock(bctx))
+		got <- b.Token(bctx)
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	released, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
+	require.NoError(t, err)
+	require.True(t, released)
+	within(t, lost, time.Second, "the owner's loss")
+	select {
+	case token := <-got:
+		assert.Greater(t, token, first+4, "the forced hold was handed on locally, or its reserved tokens reused")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiting owner was not served after the force")
+	}
+	assert.ErrorIs(t, a.Unlock(actx), dlock.ErrLost)
+	require.NoError(t, b.Unlock(bctx))
+	requireFreeSoon(t, ctx, e, n)
+}
