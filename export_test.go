@@ -61,11 +61,18 @@ func RedlockWaiters(r *Redlock) int { return r.r.Core.Waits.Len() }
 // ChannelConfirmed reports whether c's pub/sub connection has a confirmed
 // subscription to m's channel (it subscribes when it has none, for later
 // calls to find confirmed).
-func ChannelConfirmed(c *Client, m *Mutex) bool {
+func ChannelConfirmed(c *Client, m *Mutex) bool { return channelConfirmed(c, m.h.Channel) }
+
+// ReentrantChannelConfirmed is ChannelConfirmed for a ReentrantMutex.
+func ReentrantChannelConfirmed(c *Client, r *ReentrantMutex) bool {
+	return channelConfirmed(c, r.h.Channel)
+}
+
+func channelConfirmed(c *Client, channel string) bool {
 	hub := c.core.Hub()
-	confirmed, err := hub.Acquire(context.Background(), m.h.Channel)
+	confirmed, err := hub.Acquire(context.Background(), channel)
 	if err == nil {
-		hub.Release(m.h.Channel)
+		hub.Release(channel)
 	}
 	return err == nil && confirmed
 }

@@ -298,7 +298,8 @@ const (
 	DefaultCohortTime     = 10 * time.Millisecond
 )
 
-// WithCohort sets the bounds of lock cohorting, which a Mutex does by default
+// WithCohort sets the bounds of lock cohorting, which a Mutex (and a
+// ReentrantMutex) does by default
 // with DefaultCohortHandoffs and DefaultCohortTime (WithoutCohort turns it
 // off). A cohorting Mutex hands its hold on to the next goroutine of its
 // Client waiting for the same name, on the same handle or on another
@@ -333,7 +334,10 @@ const (
 // runs, Status names the hold that Redis granted (its holder ID and token),
 // and a HoldRef from HandOver carries that ID with the local hold's token. A
 // hold that was extended (Extend) or lost is released to Redis, not handed
-// on. Only a Mutex uses WithCohort, and not with WithLease or over a Redlock.
+// on. A Mutex and a ReentrantMutex use WithCohort (a ReentrantMutex hands
+// an owner's last Unlock to another owner of the Client, with its own
+// count; re-entry never waits for a cohort), not with WithLease, and not a
+// Redlock Mutex; other primitives ignore it.
 //
 // A waiter served locally may leave its place in the queue in Redis behind
 // for a moment; the Unlock that ends the cohort removes it. If the cohort

@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -158,10 +159,21 @@ func TestReentrantMutex_ConcurrentCallsOfOneOwner_ReenterTheFirstGrant(t *testin
 	}
 	waitQueued(t, e, n, calls)
 	require.NoError(t, holder.Unlock(hctx))
-	first := <-tokens
+	// The first call granted wakes the others at once; without that they
+	// would look again only when the lease they wait out ends (seconds).
+	next := func() uint64 {
+		select {
+		case token := <-tokens:
+			return token
+		case <-time.After(2 * time.Second):
+			t.Fatal("a call of the owner was not let in with the first")
+			return 0
+		}
+	}
+	first := next()
 	require.NotZero(t, first)
 	for range calls - 1 {
-		assert.Equal(t, first, <-tokens, "a call of the owner holds under another token")
+		assert.Equal(t, first, next(), "a call of the owner holds under another token")
 	}
 	r := c.ReentrantMutex(n)
 	count, err := r.HoldCount(octx)
@@ -208,4 +220,57 @@ func TestReentrantCohort_ForceUnlockElsewhere_OwnerToldAtOnce(t *testing.T) {
 	assert.ErrorIs(t, a.Unlock(actx), dlock.ErrLost)
 	require.NoError(t, b.Unlock(bctx))
 	requireFreeSoon(t, ctx, e, n)
+}
+
+// A partitioned Client whose owner a hands its hold to owner b locally (no
+// round trip, so the partition does not stop it): b's hold ends with the
+// Redis lease it inherited, and b learns of its loss before an owner on
+// another Client holds the lock.
+func TestFault_ReentrantCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherClientHolds(t *testing.T) {
+	long(t)
+	e := realEnv(t)
+	const timeout = time.Second
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	rdb, proxy := e.proxied()
+	c := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
+	defer c.Close()
+	other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	a, actx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
+	b, bctx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
+	granted := time.Now()
+	require.NoError(t, a.Lock(actx))
+	first := a.Token(actx)
+	locked := make(chan error, 1)
+	go func() { locked <- b.Lock(bctx) }()
+	waitQueued(t, e, n, 1)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return dlock.ReentrantChannelConfirmed(c, b) }, 5*time.Second, time.Millisecond)
+	// Well into the lease, before its first renewal (a third of the
+	// timeout): a handoff that gave b a lease of its own would outlive the
+	// one in Redis by this much.
+	time.Sleep(time.Until(granted.Add(timeout / 4)))
+
+	proxy.Partition()
+	start := time.Now()
+	require.NoError(t, a.Unlock(actx), "a local handoff sends nothing")
+	require.NoError(t, <-locked)
+	require.Equal(t, first+1, b.Token(bctx), "not handed on locally")
+	hctx, stop := b.HoldContext(bctx)
+	defer stop()
+	told := endedAt(hctx)
+
+	o, octx := other.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
+	require.NoError(t, o.Lock(octx))
+	held := time.Now()
+	knew := told()
+	require.False(t, knew.IsZero(), "b was not told of its loss by the time another Client held")
+	t.Logf("partition at 0; b told at %v; the other Client held at %v", knew.Sub(start).Round(time.Millisecond), held.Sub(start).Round(time.Millisecond))
+	assert.True(t, knew.Before(held))
+	assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+	assert.Greater(t, o.Token(octx), first+4, "the other Client's grant reused a reserved token")
+
+	proxy.Heal()
+	assert.ErrorIs(t, b.Unlock(bctx), dlock.ErrLost)
+	require.NoError(t, o.Unlock(octx))
 }
