@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -273,4 +274,98 @@ func TestFault_ReentrantCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherCl
 	proxy.Heal()
 	assert.ErrorIs(t, b.Unlock(bctx), dlock.ErrLost)
 	require.NoError(t, o.Unlock(octx))
+}
+
+// Redis counts one hold more than the Core (as after a re-entry whose reply
+// was lost and could not be read back): the owner's last Unlock as the Core
+// counts leaves a hold that Redis still has, which the owner keeps and
+// releases with one more Unlock. Before, the Core forgot it while the
+// watchdog went on renewing it: the lock stayed held until Close.
+func TestReentrantMutex_RedisCountsOneMore_TheLastUnlockKeepsTheHold(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond))
+	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
+	require.NoError(t, r.Lock(octx))
+	token := r.Token(octx)
+	require.NoError(t, e.rdb().HIncrBy(ctx, key(n), "n", 1).Err())
+	require.NoError(t, r.Unlock(octx))
+	count, err := r.HoldCount(octx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, count, "the hold Redis still counts")
+	assert.Equal(t, token, r.Token(octx))
+	require.NoError(t, r.Unlock(octx))
+	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
+	requireFreeSoon(t, ctx, e, n)
+}
+
+// A re-entry whose reply is lost while the server stalls, and whose read
+// back fails as well: Redis may count one hold more than the Core. The
+// owner's Unlocks still release the lock, through Redis (which counts),
+// and nothing keeps it held afterwards.
+func TestReentrantMutex_ReentryReplyLostAndReadBackFailed_UnlocksRelease(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c := e.client(rdb, dlock.WithWatchdogTimeout(3*time.Second))
+	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
+	require.NoError(t, r.Lock(octx))
+	admin := e.rdb()
+	stalled := make(chan error, 1)
+	go func() { stalled <- admin.Do(context.Background(), "DEBUG", "SLEEP", "0.9").Err() }()
+	time.Sleep(50 * time.Millisecond)
+	require.Error(t, r.Lock(octx), "the re-entry's reply came back within the read timeout")
+	require.NoError(t, <-stalled)
+	require.Equal(t, "2", admin.HGet(ctx, key(n), "n").Val(), "the stalled re-entry did not land (the test needs it to)")
+	require.NoError(t, r.Unlock(octx))
+	require.NoError(t, r.Unlock(octx))
+	requireFreeSoon(t, ctx, e, n)
+}
+
+// The end of a cohort queues an owner's second call in Redis (it waited for
+// a local handoff) while its first call is handed the lock: the second
+// re-enters the first's grant at once and takes its place out of the
+// queue, whichever of the two wake-ups it sees. Before, one of them could
+// be lost: the call stayed queued behind its own owner's hold, or its
+// place stayed queued, unclaimed, and held the lock up after the owner's
+// last Unlock.
+func TestReentrantCohort_CohortEndQueuesAnOwnersSecondCall_ItReentersAndLeaves(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := ctxTimeout(t, 60*time.Second)
+	for round := range 30 {
+		n := name(t)
+		c := e.client(e.rdb())
+		h := func() *dlock.ReentrantMutex { return c.ReentrantMutex(n, dlock.WithCohort(1, time.Minute)) }
+		w, wctx := h(), dlock.WithOwner(ctx, "w")
+		require.NoError(t, w.Lock(wctx))
+		x, xctx := h(), dlock.WithOwner(ctx, "x")
+		xdone := make(chan error, 1)
+		go func() { xdone <- x.Lock(xctx) }()
+		waitQueued(t, e, n, 1)
+		octx := dlock.WithOwner(ctx, "o")
+		a, b := h(), h()
+		adone, bdone := make(chan error, 1), make(chan error, 1)
+		go func() { adone <- a.Lock(octx) }()
+		waitQueued(t, e, n, 2)
+		require.NoError(t, w.Unlock(wctx)) // to x locally: the cohort is at its bound
+		require.NoError(t, <-xdone)
+		go func() { bdone <- b.Lock(octx) }()
+		require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
+		require.NoError(t, x.Unlock(xctx)) // the cohort ends: b queued, the lock handed to a
+		require.NoError(t, <-adone)
+		select {
+		case err := <-bdone:
+			require.NoError(t, err)
+		case <-time.After(2 * time.Second):
+			t.Fatalf("round %d: the owner's second call waits while its owner holds", round)
+		}
+		require.Eventually(t, func() bool { return e.rdb().ZCard(ctx, key(n)+":mq").Val() == 0 }, time.Second, time.Millisecond,
+			"round %d: a place left queued after both calls of the owner hold", round)
+		require.NoError(t, a.Unlock(octx))
+		require.NoError(t, a.Unlock(octx))
+		requireFreeSoon(t, ctx, e, n)
+	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -20,6 +21,10 @@ type Mutex struct {
 	slot   *Slot
 	cohort CohortBound
 	owner  string // a ReentrantMutex call's owner (reentrant.go); else ""
+	// countUnsure: a ReentrantMutex grant whose count in Redis may differ
+	// from the Core's (a reply lost): its last Unlock releases in Redis,
+	// which counts, rather than hand it on locally.
+	countUnsure atomic.Bool
 }
 
 // NewMutex returns the engine of the Mutex whose handle is h (made with
@@ -46,9 +51,12 @@ type mutexTry struct {
 	reserve int    // tokens its grant reserves after its own (cohort.go)
 	waiter  string // id as it queues: see wire.ExclWaiter
 	// A ReentrantMutex call (reentrant.go): the hold it is re-entering
-	// (for GiveBack), and whether it re-entered its owner's hold.
+	// (for GiveBack), whether it re-entered its owner's hold, and whether
+	// it may have a place in the queue in Redis (it tried with a mark, or
+	// waited for a local handoff, which the end of a cohort queues).
 	reentry   *lease.Hold
 	reentered bool
+	placed    bool
 }
 
 func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquisition, *mutexTry) {
@@ -70,6 +78,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquis
 		}
 	}
 	a := m.h.NewAcquisition(ctx, t, op, block, as)
+	t.placed = as.Local
 	if as.Local {
 		a.As.Queued = func(at time.Time) error {
 			a.Sent = at
@@ -89,6 +98,7 @@ func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
 		return ok, 0, err
 	}
 	markTTL := a.Sending()
+	t.placed = t.placed || markTTL > 0
 	r, err := m.x.Try(a.TryCtx(), t.waiter, t.id, t.reserve, a.TTL, markTTL, 0)
 	if err != nil {
 		return false, 0, t.unknownOutcome(a, err)
@@ -129,7 +139,11 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 
 func (t *mutexTry) GiveBack(a *Acquisition) {
 	if t.reentry != nil {
-		_, _ = t.m.x.Unlock(a.NC, t.reentry.Spec.ID) // one hold of the owner's grant
+		// One hold of the owner's grant. Should that fail, the owner's
+		// count in Redis may be one ahead of the Core's.
+		if _, err := t.m.x.Unlock(a.NC, t.reentry.Spec.ID); err != nil {
+			t.m.countUnsure.Store(true)
+		}
 		return
 	}
 	if _, err := t.m.x.Unlock(a.NC, t.id); err != nil {
@@ -159,7 +173,7 @@ func (t *mutexTry) unknownOutcome(a *Acquisition, err error) error {
 // waiting on a cohorting handle (within the cohort's bound), or in Redis.
 func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 	c := m.h.C
-	if m.cohortOn() {
+	if m.cohortOn() && !m.countUnsure.Load() {
 		if hook := c.Hooks.BeforePassLocal; hook != nil {
 			hook()
 		}

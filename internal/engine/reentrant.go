@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
@@ -90,8 +91,8 @@ func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (
 // its owner: excl_try with the hold's grant ID and count adds one hold. It
 // reports done when it settled the call (ok, or an error). A re-entry that
 // finds the grant gone reports the hold lost and leaves the call to try
-// for a grant of its own (done false). A call that had queued in Redis
-// takes its place out (it will not need it).
+// for a grant of its own (done false). A call that may have a place in
+// Redis takes it out (it will not need it).
 func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 	m := t.m
 	c := m.h.C
@@ -103,7 +104,7 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 		return false, false, nil
 	}
 	defer c.gate(hk)()
-	l := c.heldLease(hk)
+	l, lm := c.grantOf(hk)
 	if l == nil || !c.WD.IsHeld(&l.Lease) {
 		return false, false, nil
 	}
@@ -112,8 +113,9 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 	r, err := m.x.Try(a.TryCtx(), wire.ExclWaiter(0, 0, id), id, 0, a.TTL, 0, l.Count)
 	if err != nil {
 		if errs.OutcomeUnknown(err) {
-			if n, rerr := c.HolderCount(a.NC, m.h.Key, id); rerr == nil && n == l.Count+1 {
-				_, _ = m.x.Unlock(a.NC, id)
+			m.h.WakeUnknown(err) // it may have handed a free lock to a waiter here
+			if settleLostReentry(a.NC, m, hk, l, lm) {
+				return false, false, nil // the grant was gone: acquire anew
 			}
 		}
 		return true, false, m.h.Fail(a.Op, err)
@@ -129,7 +131,9 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 		t.reentry = nil
 		if ok {
 			t.reentered = true
-			if a.mark != nil { // it queued before the owner held: leave
+			if t.placed && a.Block {
+				// It queued, or the end of a cohort queued it, before its
+				// owner held: leave.
 				m.x.Cancel(a.NC, t.waiter)
 			}
 		}
@@ -139,9 +143,50 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 		// under the old ID, without the terms of a grant of this call.
 		_, _ = m.x.Unlock(a.NC, id)
 	}
-	c.WD.Lose(&l.Lease, fmt.Errorf("%w: hold gone before the owner locked again", errs.ErrLost))
+	c.WD.Lose(&l.Lease, errGoneBeforeReentry)
 	c.forgetHold(hk, l)
 	return false, false, nil
+}
+
+var errGoneBeforeReentry = fmt.Errorf("%w: hold gone before the owner locked again", errs.ErrLost)
+
+// settleLostReentry reads back the lock after a re-entry of hold l (kept in
+// lm's slot) whose reply was lost, and undoes what the try did: a hold it
+// added is dropped; a lock it took afresh under the grant's ID (the grant
+// was gone) is released, and l reported lost, as is l when another holds.
+// It reports whether l was gone. Should the read fail, the grant's count in
+// Redis may be one ahead: its last Unlock then releases in Redis, which
+// counts, rather than hand it on locally.
+func settleLostReentry(ctx context.Context, m *Mutex, hk string, l *lease.Hold, lm *Mutex) (gone bool) {
+	c := m.h.C
+	v, err := c.RDB.HMGet(ctx, m.h.Key, "o", "n", "f").Result()
+	if err != nil {
+		if lm != nil {
+			lm.countUnsure.Store(true)
+		}
+		return false
+	}
+	holder, _ := v[0].(string)
+	n, _ := v[1].(string)
+	f, _ := v[2].(string)
+	grant := l.Token
+	if l.Cohort.End > 0 {
+		grant = l.Cohort.Grant // a local hold's token is one of the grant's block
+	}
+	count, _ := strconv.ParseInt(n, 10, 64)
+	token, _ := strconv.ParseUint(f, 10, 64)
+	switch {
+	case holder == l.Spec.ID && token == grant:
+		if count == l.Count+1 {
+			_, _ = m.x.Unlock(ctx, l.Spec.ID)
+		}
+		return false
+	case holder == l.Spec.ID:
+		_, _ = m.x.Unlock(ctx, l.Spec.ID) // taken afresh
+	}
+	c.WD.Lose(&l.Lease, errGoneBeforeReentry)
+	c.forgetHold(hk, l)
+	return true
 }
 
 // Release drops one hold of owner (Unlock).
@@ -166,16 +211,24 @@ func (r *Reentrant) Release(ctx context.Context, owner, op string) error {
 		} else if n <= 0 {
 			c.forgetHold(hk, l)
 			m.slot.TakeIf(l)
+			if n == 0 {
+				// Redis counted fewer holds than the Core (a reply lost):
+				// that was the last, and the cohort, if any, ends as a lost
+				// one does. (A hold gone, -1, is reported lost, which does.)
+				c.cohortLost(l)
+			}
 		}
 		return r.h.SettleRelease(op, l, n, err, false)
 	}
 	m.slot.TakeIf(l)
 	err := m.Release(ctx, l, op)
-	switch {
-	case l.Count > 1:
-		m.slot.Restore(l) // Redis counted more holds than the Core: l goes on
-	case m.slot.Get() != l:
-		c.forgetHold(hk, l) // else the release failed: Unlock may retry
+	if c.WD.IsHeld(&l.Lease) {
+		// The release failed (Unlock may retry), or Redis counted more
+		// holds than the Core (a reply lost): l goes on, with Redis's
+		// count.
+		m.slot.Restore(l)
+	} else {
+		c.forgetHold(hk, l)
 	}
 	return err
 }

@@ -82,14 +82,16 @@ func (r *Registry) StopLocal(w *Waiter) bool {
 // IgnoreIfLocal reports whether w still waits for a local handoff only (no
 // try of its own, and no release queued it in Redis), and if so spends the
 // wake-up w just received, as Attempt spends one: counted wake-ups then
-// reach it, and its Leave passes on nothing.
+// reach it, and its Leave passes on nothing. Not when its owner holds now
+// (OwnerHolds): then it tries, and re-enters.
 func (r *Registry) IgnoreIfLocal(w *Waiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if w.local {
+	ignore := w.local && !w.ownerHolds
+	if ignore {
 		w.woken = false
 	}
-	return w.local
+	return ignore
 }
 
 // SetCohort records that a cohort of lock key runs at at (the engine's

@@ -63,10 +63,23 @@ func (r *Registry) Took(channel, owner string, token uint64) {
 	if q := r.queues[channel]; q != nil {
 		for w := q.head; w != nil; w = w.next {
 			if w.owner == owner {
+				// The flag outlives a wake-up lost to one pending
+				// (signal keeps the first): see OwnerHolds.
+				w.ownerHolds = true
 				w.signal(WakeLocal)
 			}
 		}
 	}
+}
+
+// OwnerHolds reports whether Took named w's owner since w last tried: a
+// wake-up that reached w instead of Took's (the end of a cohort queueing
+// it, a subscription's confirmation) must not keep it waiting for a lock
+// its owner holds.
+func (r *Registry) OwnerHolds(w *Waiter) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return w.ownerHolds
 }
 
 // Taken reports whether this Client recorded a hold of owner's on the lock
@@ -178,6 +191,7 @@ func (r *Registry) Attempt(w *Waiter) (granted bool) {
 	}
 	w.local = false // it tries in Redis now, and queues there
 	w.woken = false
+	w.ownerHolds = false
 	select {
 	case why := <-w.wake:
 		if why == WakeClosed {

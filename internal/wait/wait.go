@@ -59,6 +59,7 @@ type Waiter struct {
 	kind       byte        // wire.KindAny, wire.KindReader or wire.KindWriter
 	id         string      // optional: the ID a release message may name
 	owner      string      // optional: the owner of a counted hold it waits for
+	ownerHolds bool        // Took since its last try: its owner holds now; guarded by waitRegistry.mu
 	handed     bool        // it takes a hand-over from the message (As.Handed)
 	fence      uint64      // the token of the latest hand-over it was woken for; guarded by waitRegistry.mu
 	retimeAt   time.Time   // when the lease of the hold the lock was last handed to ends; guarded by waitRegistry.mu
@@ -224,7 +225,7 @@ func (l *Loop) Wait(ctx context.Context, op, name, channel string, as As, left t
 			if why == WakeClosed {
 				return errs.ClosedOp(op, name)
 			}
-			if why == WakeSubscribed && l.Reg.IgnoreIfLocal(w) {
+			if why == WakeSubscribed && l.Reg.IgnoreIfLocal(w) { // (not when its owner holds now: see Took)
 				// A waiter for a local handoff has no place in Redis that a
 				// release missed before the confirmation could concern.
 				retry = false
@@ -234,11 +235,15 @@ func (l *Loop) Wait(ctx context.Context, op, name, channel string, as As, left t
 				if err := as.Queued(l.Reg.QueuedAt(w)); err != nil {
 					return err
 				}
-				// Its place is in Redis now: wait as any queued waiter.
-				timerAt = time.Now().Add(l.RetryAfter(0))
-				timer.Reset(time.Until(timerAt))
-				retry = false
-				continue
+				if !l.Reg.OwnerHolds(w) {
+					// Its place is in Redis now: wait as any queued waiter.
+					timerAt = time.Now().Add(l.RetryAfter(0))
+					timer.Reset(time.Until(timerAt))
+					retry = false
+					continue
+				}
+				// Its owner holds now (Took's wake-up may have been lost
+				// to this one): it tries, and re-enters.
 			}
 			if why == WakeCohort {
 				if ctx.Err() != nil {
