@@ -2,6 +2,7 @@ package dlock_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 )
@@ -368,4 +370,49 @@ func TestReentrantCohort_CohortEndQueuesAnOwnersSecondCall_ItReentersAndLeaves(t
 		require.NoError(t, a.Unlock(octx))
 		requireFreeSoon(t, ctx, e, n)
 	}
+}
+
+// Close while owners on the Client hand the lock to each other: every call
+// returns, and no goroutine is left behind.
+func TestReentrantCohort_CloseLeaksNothing(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	ignore := goleak.IgnoreCurrent()
+	c := dlock.New(e.rdb())
+	r := c.ReentrantMutex(n, dlock.WithCohort(0, 0))
+	var wg sync.WaitGroup
+	var holds atomic.Int64
+	for range 4 {
+		octx := dlock.WithNewOwner(ctx)
+		wg.Go(func() {
+			for {
+				if err := r.Lock(octx); err != nil {
+					if !errors.Is(err, dlock.ErrClosed) {
+						t.Error(err)
+					}
+					return
+				}
+				holds.Add(1)
+				if err := r.Lock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) {
+					t.Error(err)
+				}
+				time.Sleep(200 * time.Microsecond)
+				for range 2 {
+					if err := r.Unlock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLost) {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, c.Close())
+	wg.Wait()
+	require.Positive(t, holds.Load())
+	goleak.VerifyNone(t, ignore,
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
+		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
+	_, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
+	require.NoError(t, err)
 }
