@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
+	"github.com/dlock-go/dlock/internal/faultnet"
 )
 
 // The ReentrantMutex runs on the Mutex engine (internal/engine's
@@ -210,6 +211,8 @@ func TestReentrantCohort_ForceUnlockElsewhere_OwnerToldAtOnce(t *testing.T) {
 		got <- b.Token(bctx)
 	}()
 	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	// The notice reaches a Client subscribed to the lock's channel.
+	require.Eventually(t, func() bool { return dlock.ReentrantChannelConfirmed(c, b) }, 5*time.Second, time.Millisecond)
 	released, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
 	require.NoError(t, err)
 	require.True(t, released)
@@ -302,26 +305,26 @@ func TestReentrantMutex_RedisCountsOneMore_TheLastUnlockKeepsTheHold(t *testing.
 	requireFreeSoon(t, ctx, e, n)
 }
 
-// A re-entry whose reply is lost while the server stalls, and whose read
-// back fails as well: Redis may count one hold more than the Core. The
-// owner's Unlocks still release the lock, through Redis (which counts),
-// and nothing keeps it held afterwards.
+// A re-entry whose reply is lost (it lands, but its reply comes after the
+// read timeout), and whose read back is lost too: Redis counts one hold
+// more than the Core. The owner's Unlocks still release the lock, through
+// Redis (which counts), and nothing keeps it held afterwards.
 func TestReentrantMutex_ReentryReplyLostAndReadBackFailed_UnlocksRelease(t *testing.T) {
 	e := realEnv(t)
 	n := name(t)
 	ctx := ctxTimeout(t, 30*time.Second)
-	rdb := redis.NewClient(&redis.Options{Addr: e.srv.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	proxy, err := faultnet.Start(e.srv.Addr)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	c := e.client(rdb, dlock.WithWatchdogTimeout(3*time.Second))
 	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
 	require.NoError(t, r.Lock(octx))
-	admin := e.rdb()
-	stalled := make(chan error, 1)
-	go func() { stalled <- admin.Do(context.Background(), "DEBUG", "SLEEP", "0.9").Err() }()
-	time.Sleep(50 * time.Millisecond)
+	proxy.SetLatency(0, time.Second) // requests arrive; replies come too late
 	require.Error(t, r.Lock(octx), "the re-entry's reply came back within the read timeout")
-	require.NoError(t, <-stalled)
-	require.Equal(t, "2", admin.HGet(ctx, key(n), "n").Val(), "the stalled re-entry did not land (the test needs it to)")
+	proxy.SetLatency(0, 0)
+	require.Equal(t, "2", e.rdb().HGet(ctx, key(n), "n").Val(), "the re-entry did not land (the test needs it to)")
 	require.NoError(t, r.Unlock(octx))
 	require.NoError(t, r.Unlock(octx))
 	requireFreeSoon(t, ctx, e, n)

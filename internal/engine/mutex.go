@@ -61,6 +61,11 @@ type mutexTry struct {
 
 func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquisition, *mutexTry) {
 	id := m.h.C.NewToken()
+	if m.owner != "" {
+		// A ReentrantMutex grant's ID starts with its owner's (itself
+		// its Client's), so that Status shows whose it is.
+		id = wire.HoldID(m.owner)
+	}
 	t := &mutexTry{m: m, id: id}
 	if m.cohortOn() {
 		t.reserve = m.cohort.Max // the tokens of the local handoffs (cohort.go)
