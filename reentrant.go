@@ -114,7 +114,8 @@ func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
 }
 
 // HoldCount returns how many holds the owner in ctx has on the lock (0 when
-// none), as Redis sees it.
+// none, and when Redis names another holder). One round trip, which also
+// checks that the lock is still the owner's in Redis.
 func (r *ReentrantMutex) HoldCount(ctx context.Context) (int, error) {
 	owner, err := r.owner(ctx)
 	if err != nil {

@@ -281,34 +281,50 @@ func TestFault_ReentrantCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherCl
 	require.NoError(t, o.Unlock(octx))
 }
 
-// Redis counts one hold more than the Core (as after a re-entry whose reply
-// was lost and could not be read back): the owner's last Unlock as the Core
-// counts leaves a hold that Redis still has, which the owner keeps and
-// releases with one more Unlock. Before, the Core forgot it while the
-// watchdog went on renewing it: the lock stayed held until Close.
-func TestReentrantMutex_RedisCountsOneMore_TheLastUnlockKeepsTheHold(t *testing.T) {
+// Redis counts one hold more than the owner has (as after a re-entry whose
+// reply was lost and could not be read back, or a command go-redis ran
+// twice): the owner's count decides, and its last Unlock frees the lock.
+// (Once, the Core followed Redis's count: the last Unlock kept a hold the
+// owner no longer knew of, renewed until Close.)
+func TestReentrantMutex_RedisCountsOneMore_TheOwnersLastUnlockFreesIt(t *testing.T) {
 	e := sharedEnv(t)
 	n := name(t)
 	ctx := ctxTimeout(t, 20*time.Second)
 	c := e.client(e.rdb(), dlock.WithWatchdogTimeout(600*time.Millisecond))
 	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
 	require.NoError(t, r.Lock(octx))
-	token := r.Token(octx)
 	require.NoError(t, e.rdb().HIncrBy(ctx, key(n), "n", 1).Err())
-	require.NoError(t, r.Unlock(octx))
 	count, err := r.HoldCount(octx)
 	require.NoError(t, err)
-	assert.Equal(t, 1, count, "the hold Redis still counts")
-	assert.Equal(t, token, r.Token(octx))
+	assert.Equal(t, 1, count, "the owner's count")
 	require.NoError(t, r.Unlock(octx))
+	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
+	requireFreeSoon(t, ctx, e, n)
+}
+
+// Redis counts one hold fewer than the owner has: an inner Unlock that
+// frees the lock in Redis tells the owner it lost the lock, rather than
+// let it believe it still holds.
+func TestReentrantMutex_RedisCountsOneFewer_InnerUnlockReportsTheLoss(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
+	require.NoError(t, r.Lock(octx))
+	require.NoError(t, r.Lock(octx))
+	lost := r.Lost(octx)
+	require.NoError(t, e.rdb().HIncrBy(ctx, key(n), "n", -1).Err())
+	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrLost)
+	within(t, lost, time.Second, "the owner's loss")
 	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
 	requireFreeSoon(t, ctx, e, n)
 }
 
 // A re-entry whose reply is lost (it lands, but its reply comes after the
 // read timeout), and whose read back is lost too: Redis counts one hold
-// more than the Core. The owner's Unlocks still release the lock, through
-// Redis (which counts), and nothing keeps it held afterwards.
+// more than the owner has. The owner's one Unlock frees the lock, and
+// nothing keeps it held afterwards.
 func TestReentrantMutex_ReentryReplyLostAndReadBackFailed_UnlocksRelease(t *testing.T) {
 	e := realEnv(t)
 	n := name(t)
@@ -325,8 +341,8 @@ func TestReentrantMutex_ReentryReplyLostAndReadBackFailed_UnlocksRelease(t *test
 	require.Error(t, r.Lock(octx), "the re-entry's reply came back within the read timeout")
 	proxy.SetLatency(0, 0)
 	require.Equal(t, "2", e.rdb().HGet(ctx, key(n), "n").Val(), "the re-entry did not land (the test needs it to)")
-	require.NoError(t, r.Unlock(octx))
-	require.NoError(t, r.Unlock(octx))
+	require.NoError(t, r.Unlock(octx), "the owner's one hold")
+	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
 	requireFreeSoon(t, ctx, e, n)
 }
 
@@ -418,4 +434,50 @@ func TestReentrantCohort_CloseLeaksNothing(t *testing.T) {
 		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
 	_, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
 	require.NoError(t, err)
+}
+
+// A re-entry is one round trip, also in a running cohort while other owners
+// of the Client wait for its handoff: it has no place in Redis to take out.
+func TestReentrantCohort_ReentryWhileOthersWaitLocally_OneRoundTrip(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	cnt := newCounter()
+	c := e.client(e.rdb(cnt))
+	h := func() *dlock.ReentrantMutex { return c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)) }
+	a, actx := h(), dlock.WithOwner(ctx, "a")
+	require.NoError(t, a.Lock(actx))
+	b, bctx := h(), dlock.WithOwner(ctx, "b")
+	held, reenter, trips := make(chan error, 1), make(chan struct{}), make(chan int, 1)
+	go func() {
+		held <- b.Lock(bctx)
+		<-reenter
+		cnt.reset()
+		err := b.Lock(bctx)
+		n, cmds := cnt.snapshot()
+		trips <- n
+		if err != nil || n != 1 {
+			t.Errorf("re-entry: %v, %d round trips: %v", err, n, cmds)
+		}
+		for range 2 {
+			assert.NoError(t, b.Unlock(bctx))
+		}
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	other := make(chan error, 1)
+	go func() { // waits behind b, and for the cohort's handoff once b holds
+		o, octx := h(), dlock.WithOwner(ctx, "c")
+		err := o.Lock(octx)
+		if err == nil {
+			err = o.Unlock(octx)
+		}
+		other <- err
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, a.Unlock(actx)) // to b, locally: the cohort runs on, c waiting
+	require.NoError(t, <-held)
+	time.Sleep(20 * time.Millisecond)
+	close(reenter)
+	assert.Equal(t, 1, <-trips)
+	require.NoError(t, <-other)
 }

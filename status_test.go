@@ -96,7 +96,7 @@ func TestStatus_ReentrantRWMutexSemaphoreLatch(t *testing.T) {
 	assert.Equal(t, 2, st.Holders[0].Count)
 	assert.Equal(t, "a", st.Holders[0].Client)
 	assert.Equal(t, r.Token(octx), st.Token)
-	assert.True(t, strings.HasPrefix(st.Holders[0].ID, a.ID()+".o.job."), "the holder %q does not name its owner", st.Holders[0].ID)
+	assert.True(t, strings.HasPrefix(st.Holders[0].ID, a.ID()+"."), "the holder %q is not of the owner's Client", st.Holders[0].ID)
 
 	rwName := name(t)
 	require.NoError(t, a.RWMutex(rwName, dlock.WithHandleOwner()).RLock(ctx))

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -20,11 +19,11 @@ type Mutex struct {
 	x      *Excl
 	slot   *Slot
 	cohort CohortBound
-	owner  string // a ReentrantMutex call's owner (reentrant.go); else ""
-	// countUnsure: a ReentrantMutex grant whose count in Redis may differ
-	// from the Core's (a reply lost): its last Unlock releases in Redis,
-	// which counts, rather than hand it on locally.
-	countUnsure atomic.Bool
+	// A ReentrantMutex call's (reentrant.go): its owner, and the lock's
+	// scripts as a counted kind (re-entry and the Unlocks before the
+	// last), where x's release frees the lock whatever Redis counts.
+	owner string
+	cx    *Excl
 }
 
 // NewMutex returns the engine of the Mutex whose handle is h (made with
@@ -52,20 +51,20 @@ type mutexTry struct {
 	waiter  string // id as it queues: see wire.ExclWaiter
 	// A ReentrantMutex call (reentrant.go): the hold it is re-entering
 	// (for GiveBack), whether it re-entered its owner's hold, and whether
-	// it may have a place in the queue in Redis (it tried with a mark, or
-	// waited for a local handoff, which the end of a cohort queues).
+	// it may have a place in the queue in Redis: it tried with a mark
+	// (placed), or waited for a local handoff (local), which the end of a
+	// cohort queues.
 	reentry   *lease.Hold
 	reentered bool
 	placed    bool
+	local     bool
 }
 
 func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquisition, *mutexTry) {
+	// (A ReentrantMutex grant's ID is no longer, with its owner's in it:
+	// past 64 bytes a field value makes Redis keep the lock's hash as a
+	// hash table rather than a listpack, slower for every script.)
 	id := m.h.C.NewToken()
-	if m.owner != "" {
-		// A ReentrantMutex grant's ID starts with its owner's (itself
-		// its Client's), so that Status shows whose it is.
-		id = wire.HoldID(m.owner)
-	}
 	t := &mutexTry{m: m, id: id}
 	if m.cohortOn() {
 		t.reserve = m.cohort.Max // the tokens of the local handoffs (cohort.go)
@@ -83,7 +82,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquis
 		}
 	}
 	a := m.h.NewAcquisition(ctx, t, op, block, as)
-	t.placed = as.Local
+	t.local = as.Local
 	if as.Local {
 		a.As.Queued = func(at time.Time) error {
 			a.Sent = at
@@ -99,7 +98,7 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquis
 
 func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
 	m := t.m
-	if done, ok, err := t.reenter(a); done {
+	if done, ok, err := t.reenter(a, t.placed || t.local); done {
 		return ok, 0, err
 	}
 	markTTL := a.Sending()
@@ -144,11 +143,10 @@ func (t *mutexTry) keep(a *Acquisition, token uint64, quiet bool) error {
 
 func (t *mutexTry) GiveBack(a *Acquisition) {
 	if t.reentry != nil {
-		// One hold of the owner's grant. Should that fail, the owner's
-		// count in Redis may be one ahead of the Core's.
-		if _, err := t.m.x.Unlock(a.NC, t.reentry.Spec.ID); err != nil {
-			t.m.countUnsure.Store(true)
-		}
+		// One hold of the owner's grant. Should that fail, Redis counts
+		// one more than the Core, which is harmless: the Core's count
+		// decides the last Unlock (reentrant.go).
+		_, _ = t.m.cx.Unlock(a.NC, t.reentry.Spec.ID)
 		return
 	}
 	if _, err := t.m.x.Unlock(a.NC, t.id); err != nil {
@@ -178,7 +176,7 @@ func (t *mutexTry) unknownOutcome(a *Acquisition, err error) error {
 // waiting on a cohorting handle (within the cohort's bound), or in Redis.
 func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 	c := m.h.C
-	if m.cohortOn() && !m.countUnsure.Load() {
+	if m.cohortOn() {
 		if hook := c.Hooks.BeforePassLocal; hook != nil {
 			hook()
 		}

@@ -23,11 +23,15 @@ import (
 //
 //   - a Lock of an owner that holds re-enters the grant: excl_try with the
 //     grant's ID and the owner's count adds one hold in Redis, so that
-//     Redis's n is always the count of the grant's current owner;
+//     Redis's n follows the count of the grant's current owner. The Core's
+//     count is the truth (owners are the Client's, and every change runs
+//     under the owner's gate): a reply lost or a command run twice may
+//     leave Redis's n off, which costs nothing but its display;
 //   - an Unlock of an owner that holds more than once drops one in Redis
-//     (excl_unlock with the grant's ID); its last hold goes through the
-//     Mutex engine's Release, which hands it to a goroutine of the Client
-//     waiting for the lock (any owner's: a cohort) or releases it in Redis;
+//     (excl_unlock with the grant's ID); its last hold, by the Core's
+//     count, goes through the Mutex engine's Release, which hands it to a
+//     goroutine of the Client waiting for the lock (any owner's: a cohort)
+//     or frees it in Redis, whatever Redis's n says;
 //   - an Unlock of an owner without a hold is answered here, with no round
 //     trip: nobody else can hold as this owner.
 //
@@ -39,14 +43,15 @@ import (
 // under the owner's gate, in the order Redis applied it.
 type Reentrant struct {
 	h      *Handle
-	x      *Excl
+	x      *Excl // the lock's scripts as a counted kind (re-entry, inner Unlocks, State)
+	xf     *Excl // as an uncounted one: a grant's tries and its last release, which frees it
 	cohort CohortBound
 }
 
 // NewReentrant returns the engine of the ReentrantMutex whose handle is h
 // (made with ExclKeys).
 func NewReentrant(h *Handle, cohort CohortBound) *Reentrant {
-	return &Reentrant{h: h, x: NewExcl(h, true), cohort: cohort}
+	return &Reentrant{h: h, x: NewExcl(h, true), xf: NewExcl(h, false), cohort: cohort}
 }
 
 // Excl returns the exclusive lock the engine runs on.
@@ -55,7 +60,7 @@ func (r *Reentrant) Excl() *Excl { return r.x }
 // view is a Mutex engine over r's lock for one acquiring call of owner,
 // with a slot of its own for the grant.
 func (r *Reentrant) view(owner string) *Mutex {
-	return &Mutex{h: r.h, x: r.x, slot: &Slot{}, cohort: r.cohort, owner: owner}
+	return &Mutex{h: r.h, x: r.xf, slot: &Slot{}, cohort: r.cohort, owner: owner, cx: r.x}
 }
 
 // Acquire runs one Lock or TryLock of owner: a re-entry if the owner
@@ -63,7 +68,7 @@ func (r *Reentrant) view(owner string) *Mutex {
 func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (bool, error) {
 	m := r.view(owner)
 	a, t := m.acquisition(ctx, op, block)
-	if done, ok, err := t.reenter(a); done {
+	if done, ok, err := t.reenter(a, false); done {
 		return ok, err
 	}
 	ok, err := a.Run()
@@ -92,8 +97,8 @@ func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (
 // reports done when it settled the call (ok, or an error). A re-entry that
 // finds the grant gone reports the hold lost and leaves the call to try
 // for a grant of its own (done false). A call that may have a place in
-// Redis takes it out (it will not need it).
-func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
+// Redis (placed) takes it out: it will not need it.
+func (t *mutexTry) reenter(a *Acquisition, placed bool) (done, ok bool, err error) {
 	m := t.m
 	c := m.h.C
 	if m.owner == "" {
@@ -104,17 +109,17 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 		return false, false, nil
 	}
 	defer c.gate(hk)()
-	l, lm := c.grantOf(hk)
+	l := c.heldLease(hk)
 	if l == nil || !c.WD.IsHeld(&l.Lease) {
 		return false, false, nil
 	}
 	id := l.Spec.ID
 	a.Sending() // a re-entry never queues
-	r, err := m.x.Try(a.TryCtx(), wire.ExclWaiter(0, 0, id), id, 0, a.TTL, 0, l.Count)
+	r, err := m.cx.Try(a.TryCtx(), wire.ExclWaiter(0, 0, id), id, 0, a.TTL, 0, l.Count)
 	if err != nil {
 		if errs.OutcomeUnknown(err) {
 			m.h.WakeUnknown(err) // it may have handed a free lock to a waiter here
-			if settleLostReentry(a.NC, m, hk, l, lm) {
+			if settleLostReentry(a.NC, m, hk, l) {
 				return false, false, nil // the grant was gone: acquire anew
 			}
 		}
@@ -124,14 +129,14 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 	case r.Held && r.Count > 1:
 		t.reentry = l
 		ok, _, err = a.Granted(func() error {
-			l.Count = r.Count
-			telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(r.Count))
+			l.Count++ // the Core's count (Redis's may be off: see Reentrant)
+			telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(l.Count))
 			return nil
 		})
 		t.reentry = nil
 		if ok {
 			t.reentered = true
-			if t.placed && a.Block {
+			if placed && a.Block {
 				// It queued, or the end of a cohort queued it, before its
 				// owner held: leave.
 				m.x.Cancel(a.NC, t.waiter)
@@ -141,29 +146,28 @@ func (t *mutexTry) reenter(a *Acquisition) (done, ok bool, err error) {
 	case r.Held:
 		// The grant was gone and the lock free: the try took it afresh
 		// under the old ID, without the terms of a grant of this call.
-		_, _ = m.x.Unlock(a.NC, id)
+		_, _ = m.x.Unlock(a.NC, id) // (uncounted: it frees)
 	}
 	c.WD.Lose(&l.Lease, errGoneBeforeReentry)
 	c.forgetHold(hk, l)
 	return false, false, nil
 }
 
-var errGoneBeforeReentry = fmt.Errorf("%w: hold gone before the owner locked again", errs.ErrLost)
+var (
+	errGoneBeforeReentry = fmt.Errorf("%w: hold gone before the owner locked again", errs.ErrLost)
+	errCountBehind       = fmt.Errorf("%w: Redis counted fewer holds than the owner's, and freed the lock", errs.ErrLost)
+)
 
-// settleLostReentry reads back the lock after a re-entry of hold l (kept in
-// lm's slot) whose reply was lost, and undoes what the try did: a hold it
-// added is dropped; a lock it took afresh under the grant's ID (the grant
-// was gone) is released, and l reported lost, as is l when another holds.
-// It reports whether l was gone. Should the read fail, the grant's count in
-// Redis may be one ahead: its last Unlock then releases in Redis, which
-// counts, rather than hand it on locally.
-func settleLostReentry(ctx context.Context, m *Mutex, hk string, l *lease.Hold, lm *Mutex) (gone bool) {
+// settleLostReentry reads back the lock after a re-entry of hold l whose
+// reply was lost, and undoes what the try did: a hold it added is dropped
+// (so that Redis's count goes on matching the Core's); a lock it took
+// afresh under the grant's ID (the grant was gone) is freed, and l reported
+// lost, as is l when another holds. It reports whether l was gone. A read
+// that fails leaves Redis's count as it may be: the Core's decides.
+func settleLostReentry(ctx context.Context, m *Mutex, hk string, l *lease.Hold) (gone bool) {
 	c := m.h.C
 	v, err := c.RDB.HMGet(ctx, m.h.Key, "o", "n", "f").Result()
 	if err != nil {
-		if lm != nil {
-			lm.countUnsure.Store(true)
-		}
 		return false
 	}
 	holder, _ := v[0].(string)
@@ -177,12 +181,12 @@ func settleLostReentry(ctx context.Context, m *Mutex, hk string, l *lease.Hold, 
 	token, _ := strconv.ParseUint(f, 10, 64)
 	switch {
 	case holder == l.Spec.ID && token == grant:
-		if count == l.Count+1 {
-			_, _ = m.x.Unlock(ctx, l.Spec.ID)
+		if count > l.Count {
+			_, _ = m.cx.Unlock(ctx, l.Spec.ID)
 		}
 		return false
 	case holder == l.Spec.ID:
-		_, _ = m.x.Unlock(ctx, l.Spec.ID) // taken afresh
+		_, _ = m.x.Unlock(ctx, l.Spec.ID) // taken afresh (uncounted: it frees)
 	}
 	c.WD.Lose(&l.Lease, errGoneBeforeReentry)
 	c.forgetHold(hk, l)
@@ -206,45 +210,48 @@ func (r *Reentrant) Release(ctx context.Context, owner, op string) error {
 	if l.Count > 1 {
 		r.h.BeginRelease(l)
 		n, err := r.x.Unlock(Detach(ctx), l.Spec.ID)
-		if err != nil {
-			err = r.h.Fail(op, err)
-		} else if n <= 0 {
+		switch {
+		case err != nil:
+			return r.h.SettleRelease(op, l, 0, r.h.Fail(op, err), false)
+		case n == 0:
+			// Redis counted fewer holds than the owner has (a command run
+			// twice) and freed the lock: the owner lost its exclusion. The
+			// loss ends a cohort, as any loss does.
+			c.WD.Lose(&l.Lease, errCountBehind)
+			n = -1
+		}
+		if n < 0 {
 			c.forgetHold(hk, l)
 			m.slot.TakeIf(l)
-			if n == 0 {
-				// Redis counted fewer holds than the Core (a reply lost):
-				// that was the last, and the cohort, if any, ends as a lost
-				// one does. (A hold gone, -1, is reported lost, which does.)
-				c.cohortLost(l)
-			}
+			return r.h.SettleRelease(op, l, n, nil, false)
 		}
-		return r.h.SettleRelease(op, l, n, err, false)
+		return r.h.SettleRelease(op, l, l.Count-1, nil, false) // the Core's count
 	}
 	m.slot.TakeIf(l)
-	err := m.Release(ctx, l, op)
+	err := m.Release(ctx, l, op) // (uncounted: it frees the lock)
 	if c.WD.IsHeld(&l.Lease) {
-		// The release failed (Unlock may retry), or Redis counted more
-		// holds than the Core (a reply lost): l goes on, with Redis's
-		// count.
-		m.slot.Restore(l)
+		m.slot.Restore(l) // the release failed: Unlock may retry
 	} else {
 		c.forgetHold(hk, l)
 	}
 	return err
 }
 
-// HoldCount returns how many holds owner has, as Redis counts them: 0 when
-// Redis names another holder than the owner's grant, or when the Core
-// records no hold of the owner (the read still checks the key's kind).
+// HoldCount returns how many holds owner has: the Core's count, while
+// Redis names the owner's grant as the holder (the read also checks the
+// key's kind); else 0.
 func (r *Reentrant) HoldCount(ctx context.Context, owner string) (int, error) {
 	st, err := r.x.State(ctx)
 	if err != nil {
 		return 0, r.h.Fail("holdcount", err)
 	}
-	if l := r.Hold(owner); l == nil || st.Holder != l.Spec.ID {
-		return 0, nil
+	c := r.h.C
+	hk := HoldKey(r.h.Key, owner)
+	defer c.gate(hk)()
+	if l := c.heldLease(hk); l != nil && st.Holder == l.Spec.ID && c.WD.IsHeld(&l.Lease) {
+		return int(l.Count), nil
 	}
-	return int(st.Count), nil
+	return 0, nil
 }
 
 // Hold returns the hold the Core records for owner, or nil.

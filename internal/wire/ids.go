@@ -108,9 +108,8 @@ func unhex(c byte) byte {
 }
 
 // HoldID returns a fresh ID for one acquisition by the Client clientID: its
-// ID, a dot, and 128 random bits spelled as rand.Text spells them. A
-// ReentrantMutex grant's is HoldID of its owner's ID (OwnerID), which starts
-// with its Client's.
+// ID, a dot, and 128 random bits spelled as rand.Text spells them (a
+// Mutex's and a ReentrantMutex's grant).
 func HoldID(clientID string) string {
 	var random [16]byte
 	_, _ = rand.Read(random[:]) // never fails (crypto/rand)
