@@ -97,9 +97,11 @@ func (r *ReentrantMutex) acquire(ctx context.Context, op string, block bool) (bo
 //
 // It returns an error matching ErrNotHeld when the owner holds nothing, and
 // one matching ErrLost when the owner's hold had been lost; nothing else
-// changes then. Like Mutex.Unlock, it runs even when ctx has ended, and
-// when it fails the hold is no longer renewed: it ends by its lease at the
-// latest.
+// changes then. The owner's count, which this Client keeps, decides: an
+// Unlock that leaves holds also drops Redis's count (what Status shows),
+// and returns nil even if Redis could not be told. Like Mutex.Unlock, it
+// runs even when ctx has ended, and when the last Unlock fails the hold is
+// no longer renewed: it ends by its lease at the latest.
 func (r *ReentrantMutex) Unlock(ctx context.Context) (err error) {
 	ctx, sp, err := r.h.Begin(ctx, "dlock.ReentrantMutex.Unlock")
 	defer func() { sp.EndRelease(err) }()

@@ -481,3 +481,43 @@ func TestReentrantCohort_ReentryWhileOthersWaitLocally_OneRoundTrip(t *testing.T
 	assert.Equal(t, 1, <-trips)
 	require.NoError(t, <-other)
 }
+
+// An Unlock that leaves the owner holding, whose reply is lost (it lands in
+// Redis, or not): the owner's count drops all the same, the hold goes on
+// renewed, and the owner's remaining Unlocks release the lock, the last
+// one freeing it. Before, the failed Unlock stopped the hold's renewals
+// and left the owner's count as it was; a retried Unlock then freed the
+// lock in Redis while the owner still held once.
+func TestReentrantMutex_InnerUnlockReplyLost_TheCountDropsAndTheHoldGoesOn(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	proxy, err := faultnet.Start(e.srv.Addr)
+	require.NoError(t, err)
+	t.Cleanup(proxy.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	const timeout = 900 * time.Millisecond // renewals every 300 ms
+	c := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
+	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
+	for range 3 {
+		require.NoError(t, r.Lock(octx))
+	}
+	lost := r.Lost(octx)
+	proxy.SetLatency(0, time.Second) // the Unlock lands; its reply comes too late
+	require.NoError(t, r.Unlock(octx), "the owner's count dropped; Redis's is only what Status shows")
+	proxy.SetLatency(0, 0)
+	count, err := r.HoldCount(octx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, count)
+	select {
+	case <-lost:
+		t.Fatal("the hold was lost: its renewals stopped at the failed Unlock")
+	case <-time.After(2 * timeout):
+	}
+	require.NoError(t, r.Unlock(octx))
+	assert.True(t, e.rdb().HExists(ctx, key(n), "o").Val(), "the lock was freed while the owner still held once")
+	require.NoError(t, r.Unlock(octx))
+	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
+	requireFreeSoon(t, ctx, e, n)
+}

@@ -212,7 +212,11 @@ func (r *Reentrant) Release(ctx context.Context, owner, op string) error {
 		n, err := r.x.Unlock(Detach(ctx), l.Spec.ID)
 		switch {
 		case err != nil:
-			return r.h.SettleRelease(op, l, 0, r.h.Fail(op, err), false)
+			// Redis may or may not have dropped its count, which only
+			// Status shows: the owner's count drops all the same, and the
+			// hold goes on, renewed. (Reporting the error would invite a
+			// retry, which would drop a hold the owner still has.)
+			return r.h.SettleRelease(op, l, l.Count-1, nil, false)
 		case n == 0:
 			// Redis counted fewer holds than the owner has (a command run
 			// twice) and freed the lock: the owner lost its exclusion. The
@@ -241,13 +245,13 @@ func (r *Reentrant) Release(ctx context.Context, owner, op string) error {
 // Redis names the owner's grant as the holder (the read also checks the
 // key's kind); else 0.
 func (r *Reentrant) HoldCount(ctx context.Context, owner string) (int, error) {
+	c := r.h.C
+	hk := HoldKey(r.h.Key, owner)
+	defer c.gate(hk)() // (so that no Unlock and Lock of the owner fall between the read and the look)
 	st, err := r.x.State(ctx)
 	if err != nil {
 		return 0, r.h.Fail("holdcount", err)
 	}
-	c := r.h.C
-	hk := HoldKey(r.h.Key, owner)
-	defer c.gate(hk)()
 	if l := c.heldLease(hk); l != nil && st.Holder == l.Spec.ID && c.WD.IsHeld(&l.Lease) {
 		return int(l.Count), nil
 	}
