@@ -7,16 +7,17 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/redistest"
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // A ForceUnlock's notice names the holder it took the lock from and that
-// hold's token. An owner's ID outlives its holds, so a notice that arrives
-// after the owner holds again (pub/sub and replies travel on different
-// connections) names the same ID with an older token: it must not report
-// the owner's new hold lost. The notice with the hold's own token does.
-func TestForcedNotice_CountedHold_LostOnlyWithItsOwnToken(t *testing.T) {
+// hold's token: for a ReentrantMutex, the grant's ID. A notice with another
+// token must not report the owner's hold lost (a cohort's local holds share
+// their grant's ID; an RWMutex writer's owner ID outlives its holds). The
+// notice with the hold's own token does.
+func TestForcedNotice_ReentrantHold_LostOnlyWithItsOwnToken(t *testing.T) {
 	srv := redistest.Start(t)
 	c := New(srv.NewClient(t))
 	defer c.Close()
@@ -25,11 +26,8 @@ func TestForcedNotice_CountedHold_LostOnlyWithItsOwnToken(t *testing.T) {
 	r := c.ReentrantMutex(t.Name())
 	subscribed(t, c, c.Mutex(t.Name()))
 	require.NoError(t, r.Lock(ctx))
-	token, lost := r.Token(ctx), r.Lost(ctx)
-	notice := func(fence uint64) {
-		m := wire.Release{From: "elsewhere", Wake: wire.Wake{N: 1, Kind: wire.KindReleased, IDs: []string{wire.OwnerID(c.core.ID, "one")}, Fence: fence}}
-		require.NoError(t, c.core.RDB.Publish(ctx, r.h.Channel, m.Encode()).Err())
-	}
+	token, lost, grant := r.Token(ctx), r.Lost(ctx), r.holdOf(ctx).Spec.ID
+	notice := func(fence uint64) { publishForced(t, c, r.h.Channel, grant, fence) }
 
 	acted := make(chan struct{}, 1)
 	c.core.Hooks.AfterForcedNotice = func() { acted <- struct{}{} }
@@ -49,6 +47,45 @@ func TestForcedNotice_CountedHold_LostOnlyWithItsOwnToken(t *testing.T) {
 	case <-lost:
 	case <-time.After(2 * time.Second):
 		t.Fatal("the notice with the hold's token did not report it lost")
+	}
+	require.ErrorIs(t, r.Unlock(ctx), ErrLost)
+}
+
+// publishForced publishes a ForceUnlock's notice (excl_force's) that names
+// the holder id with token on channel.
+func publishForced(t *testing.T, c *Client, channel, id string, token uint64) {
+	t.Helper()
+	m := wire.Release{From: "elsewhere", Wake: wire.Wake{N: 1, Kind: wire.KindReleased, IDs: []string{id}, Fence: token}}
+	require.NoError(t, c.core.RDB.Publish(context.Background(), channel, m.Encode()).Err())
+}
+
+// A ForceUnlock's notice that arrives after a ReentrantMutex grant and
+// before its Lock records it for the owner (the notice's look for the
+// grant's holds misses it) still reports the hold lost, as the Lock
+// records it: the owner learns at once, not at its next renewal.
+func TestForcedNotice_ReentrantGrantNotYetRecorded_LostAsItIsRecorded(t *testing.T) {
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "one"), 20*time.Second)
+	defer cancel()
+	r := c.ReentrantMutex(t.Name())
+	subscribed(t, c, c.Mutex(t.Name()))
+	acted := make(chan struct{}, 1)
+	c.core.Hooks.AfterForcedNotice = func() { acted <- struct{}{} }
+	c.core.Hooks.BeforeRecordGrant = func(l *lease.Hold) {
+		publishForced(t, c, r.h.Channel, l.Spec.ID, l.Token)
+		select {
+		case <-acted:
+		case <-time.After(5 * time.Second):
+			t.Error("the notice did not arrive")
+		}
+	}
+	require.NoError(t, r.Lock(ctx))
+	select {
+	case <-r.Lost(ctx):
+	default:
+		t.Fatal("the forced grant was recorded as held")
 	}
 	require.ErrorIs(t, r.Unlock(ctx), ErrLost)
 }

@@ -229,6 +229,21 @@ func (c *Core) isForced(l *lease.Hold) bool {
 	return ok && v.(forcedMark).token == l.Cohort.Grant
 }
 
+// forcedGrant reports whether a ForceUnlock's notice (markForced) named
+// the grant of l, a hold of the lock key: its ID with its token, or with
+// the token of the Redis grant a cohort's local hold comes from.
+func (c *Core) forcedGrant(key string, l *lease.Hold) bool {
+	if c.forcedMarks.Load() == 0 {
+		return false
+	}
+	v, ok := c.forced.Load(HoldKey(key, l.Spec.ID))
+	if !ok {
+		return false
+	}
+	t := v.(forcedMark).token
+	return t == l.Token || l.Cohort.End > 0 && t == l.Cohort.Grant
+}
+
 // nobodyElseWaits reports whether, as far as the Core can tell, nobody its
 // cohort would not serve has queued for the lock since the quiet Redis
 // grant of co (see the top of this file).

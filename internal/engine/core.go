@@ -87,6 +87,8 @@ type Hooks struct {
 	BeforeLocalWait     func() // Mutex Lock: it found a cohort running, and is about to wait for a local handoff
 	BeforePassLocal     func() // Mutex Unlock: the hold is out of its slot, about to be handed on locally
 	AfterForcedNotice   func() // a ForceUnlock's notice was acted on (forceNotice)
+	// ReentrantMutex Lock: granted l, about to record it for its owner.
+	BeforeRecordGrant func(l *lease.Hold)
 }
 
 // New returns the Core of a Client on rdb. err, when not nil, is bad input

@@ -82,10 +82,18 @@ func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (
 		return false, errs.Op(op, r.h.Name, "", errs.ErrLost)
 	}
 	c := r.h.C
+	if hook := c.Hooks.BeforeRecordGrant; hook != nil {
+		hook(l)
+	}
 	hk := HoldKey(r.h.Key, owner)
 	unlock := c.gate(hk)
 	c.recordGrant(hk, l, m)
 	unlock()
+	if c.forcedGrant(r.h.Key, l) {
+		// A ForceUnlock's notice came before the record, which its look
+		// for the grant's holds (forceNotice) missed.
+		c.WD.Lose(&l.Lease, errForced)
+	}
 	if c.Waits.Has(r.h.Channel) {
 		c.Waits.Took(r.h.Channel, owner, l.Token) // the owner's other calls re-enter
 	}
