@@ -219,24 +219,14 @@ func (c *Core) markForced(key, id string, token uint64) {
 	c.forcedMarks.Store(n) // after the mark: see forceNotice for the order
 }
 
-// isForced reports whether l, a cohort's hold, comes from a grant that a
-// ForceUnlock took.
+// isForced reports whether l comes from a grant that a ForceUnlock's
+// notice named (markForced): its ID with its token, or, for a cohort's
+// local hold, with the token of the Redis grant it comes from.
 func (c *Core) isForced(l *lease.Hold) bool {
-	if l == nil || l.Cohort.End == 0 || c.forcedMarks.Load() == 0 {
+	if l == nil || c.forcedMarks.Load() == 0 {
 		return false // (no lookup on a local handoff while no mark is kept)
 	}
 	v, ok := c.forced.Load(HoldKey(l.Key, l.Spec.ID))
-	return ok && v.(forcedMark).token == l.Cohort.Grant
-}
-
-// forcedGrant reports whether a ForceUnlock's notice (markForced) named
-// the grant of l, a hold of the lock key: its ID with its token, or with
-// the token of the Redis grant a cohort's local hold comes from.
-func (c *Core) forcedGrant(key string, l *lease.Hold) bool {
-	if c.forcedMarks.Load() == 0 {
-		return false
-	}
-	v, ok := c.forced.Load(HoldKey(key, l.Spec.ID))
 	if !ok {
 		return false
 	}

@@ -260,12 +260,12 @@ func (c *Core) forceNotice(channel, id string, token uint64) {
 	if l := c.heldLease(HoldKey(key, id)); l != nil && l.Token == token {
 		c.WD.Lose(&l.Lease, errForced)
 	}
+	c.markForced(key, id, token)
 	for _, l := range c.grantsOf(key, id) { // a ReentrantMutex's (reentrant.go)
-		if l.Token == token || l.Cohort.Grant == token {
+		if c.isForced(l) {
 			c.WD.Lose(&l.Lease, errForced)
 		}
 	}
-	c.markForced(key, id, token)
 	if s, _ := c.Waits.CohortAt(channel, key).(*Slot); s != nil {
 		if l := s.Get(); c.isForced(l) {
 			c.WD.Lose(&l.Lease, errForced)

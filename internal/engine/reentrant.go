@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
@@ -89,7 +88,7 @@ func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (
 	unlock := c.gate(hk)
 	c.recordGrant(hk, l, m)
 	unlock()
-	if c.forcedGrant(r.h.Key, l) {
+	if c.isForced(l) {
 		// A ForceUnlock's notice came before the record, which its look
 		// for the grant's holds (forceNotice) missed.
 		c.WD.Lose(&l.Lease, errForced)
@@ -166,34 +165,29 @@ var (
 	errCountBehind       = fmt.Errorf("%w: Redis counted fewer holds than the owner's, and freed the lock", errs.ErrLost)
 )
 
-// settleLostReentry reads back the lock after a re-entry of hold l whose
-// reply was lost, and undoes what the try did: a hold it added is dropped
+// settleLostReentry reads the lock back (excl_state) after a re-entry of
+// hold l whose reply was lost, and undoes what the try did: a hold it added is dropped
 // (so that Redis's count goes on matching the Core's); a lock it took
 // afresh under the grant's ID (the grant was gone) is freed, and l reported
 // lost, as is l when another holds. It reports whether l was gone. A read
 // that fails leaves Redis's count as it may be: the Core's decides.
 func settleLostReentry(ctx context.Context, m *Mutex, hk string, l *lease.Hold) (gone bool) {
 	c := m.h.C
-	v, err := c.RDB.HMGet(ctx, m.h.Key, "o", "n", "f").Result()
+	st, err := m.cx.State(ctx)
 	if err != nil {
 		return false
 	}
-	holder, _ := v[0].(string)
-	n, _ := v[1].(string)
-	f, _ := v[2].(string)
 	grant := l.Token
 	if l.Cohort.End > 0 {
 		grant = l.Cohort.Grant // a local hold's token is one of the grant's block
 	}
-	count, _ := strconv.ParseInt(n, 10, 64)
-	token, _ := strconv.ParseUint(f, 10, 64)
 	switch {
-	case holder == l.Spec.ID && token == grant:
-		if count > l.Count {
+	case st.Holder == l.Spec.ID && st.Token == grant:
+		if st.Count > l.Count {
 			_, _ = m.cx.Unlock(ctx, l.Spec.ID)
 		}
 		return false
-	case holder == l.Spec.ID:
+	case st.Holder == l.Spec.ID:
 		_, _ = m.x.Unlock(ctx, l.Spec.ID) // taken afresh (uncounted: it frees)
 	}
 	c.WD.Lose(&l.Lease, errGoneBeforeReentry)
