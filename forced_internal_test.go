@@ -18,13 +18,7 @@ import (
 // their grant's ID; an RWMutex writer's owner ID outlives its holds). The
 // notice with the hold's own token does.
 func TestForcedNotice_ReentrantHold_LostOnlyWithItsOwnToken(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "one"), 20*time.Second)
-	defer cancel()
-	r := c.ReentrantMutex(t.Name())
-	subscribed(t, c, c.Mutex(t.Name()))
+	c, r, ctx := subscribedOwner(t)
 	require.NoError(t, r.Lock(ctx))
 	token, lost, grant := r.Token(ctx), r.Lost(ctx), r.holdOf(ctx).Spec.ID
 	notice := func(fence uint64) { publishForced(t, c, r.h.Channel, grant, fence) }
@@ -64,13 +58,7 @@ func publishForced(t *testing.T, c *Client, channel, id string, token uint64) {
 // grant's holds misses it) still reports the hold lost, as the Lock
 // records it: the owner learns at once, not at its next renewal.
 func TestForcedNotice_ReentrantGrantNotYetRecorded_LostAsItIsRecorded(t *testing.T) {
-	srv := redistest.Start(t)
-	c := New(srv.NewClient(t))
-	defer c.Close()
-	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "one"), 20*time.Second)
-	defer cancel()
-	r := c.ReentrantMutex(t.Name())
-	subscribed(t, c, c.Mutex(t.Name()))
+	c, r, ctx := subscribedOwner(t)
 	acted := make(chan struct{}, 1)
 	c.core.Hooks.AfterForcedNotice = func() { acted <- struct{}{} }
 	c.core.Hooks.BeforeRecordGrant = func(l *lease.Hold) {
@@ -88,4 +76,18 @@ func TestForcedNotice_ReentrantGrantNotYetRecorded_LostAsItIsRecorded(t *testing
 		t.Fatal("the forced grant was recorded as held")
 	}
 	require.ErrorIs(t, r.Unlock(ctx), ErrLost)
+}
+
+// subscribedOwner returns a Client subscribed to the channel of a
+// ReentrantMutex named after the test, the lock, and a context of owner
+// "one".
+func subscribedOwner(t *testing.T) (*Client, *ReentrantMutex, context.Context) {
+	t.Helper()
+	srv := redistest.Start(t)
+	c := New(srv.NewClient(t))
+	t.Cleanup(func() { _ = c.Close() })
+	ctx, cancel := context.WithTimeout(WithOwner(context.Background(), "one"), 20*time.Second)
+	t.Cleanup(cancel)
+	subscribed(t, c, c.Mutex(t.Name()))
+	return c, c.ReentrantMutex(t.Name()), ctx
 }

@@ -329,11 +329,7 @@ func TestReentrantMutex_ReentryReplyLostAndReadBackFailed_UnlocksRelease(t *test
 	e := realEnv(t)
 	n := name(t)
 	ctx := ctxTimeout(t, 30*time.Second)
-	proxy, err := faultnet.Start(e.srv.Addr)
-	require.NoError(t, err)
-	t.Cleanup(proxy.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, proxy := e.replyLosing()
 	c := e.client(rdb, dlock.WithWatchdogTimeout(3*time.Second))
 	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
 	require.NoError(t, r.Lock(octx))
@@ -492,11 +488,7 @@ func TestReentrantMutex_InnerUnlockReplyLost_TheCountDropsAndTheHoldGoesOn(t *te
 	e := realEnv(t)
 	n := name(t)
 	ctx := ctxTimeout(t, 30*time.Second)
-	proxy, err := faultnet.Start(e.srv.Addr)
-	require.NoError(t, err)
-	t.Cleanup(proxy.Close)
-	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb, proxy := e.replyLosing()
 	const timeout = 900 * time.Millisecond // renewals every 300 ms
 	c := e.client(rdb, dlock.WithWatchdogTimeout(timeout))
 	r, octx := c.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
@@ -520,4 +512,16 @@ func TestReentrantMutex_InnerUnlockReplyLost_TheCountDropsAndTheHoldGoesOn(t *te
 	require.NoError(t, r.Unlock(octx))
 	assert.ErrorIs(t, r.Unlock(octx), dlock.ErrNotHeld)
 	requireFreeSoon(t, ctx, e, n)
+}
+
+// replyLosing returns a go-redis client through a fault proxy whose replies
+// a latency of a second or more loses: it gives up after 300 ms, and does
+// not retry.
+func (e *env) replyLosing() (*redis.Client, *faultnet.Proxy) {
+	proxy, err := faultnet.Start(e.srv.Addr)
+	require.NoError(e.t, err)
+	e.t.Cleanup(proxy.Close)
+	rdb := redis.NewClient(&redis.Options{Addr: proxy.Addr, ReadTimeout: 300 * time.Millisecond, MaxRetries: -1})
+	e.t.Cleanup(func() { _ = rdb.Close() })
+	return rdb, proxy
 }
