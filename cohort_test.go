@@ -788,6 +788,9 @@ func TestMutexCohort_FreshHandlesWhileACohortRuns_WaitLocally(t *testing.T) {
 			aLocked := make(chan error, 1)
 			go func() { aLocked <- a.Lock(ctx) }() // tries and queues in Redis
 			waitQueued(t, e, n, 1)
+			// (a queues in Redis before it joins the Client's registry,
+			// where the local handoff looks: b must come after it there.)
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
 			bGot := lockedToken(t, ctx, b) // queues behind a
 			waitQueued(t, e, n, 2)
 			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
