@@ -220,9 +220,9 @@ func TestCountedHandoff_CancelledAsHanded_GivesTheLockBack(t *testing.T) {
 	}
 }
 
-// Two calls of one owner blocked on the lock share the owner's place: the
-// hand-over to the owner lets both in, one holding and one re-entering, and
-// the lock is released after both Unlocks.
+// Two calls of one owner blocked on the lock, each with a place of its own:
+// the hand-over to either lets both in, one holding and one re-entering
+// (it leaves its place), and the lock is released after both Unlocks.
 func TestCountedHandoff_TwoCallsOfOneOwner_BothGetIn(t *testing.T) {
 	for _, k := range countedKinds {
 		t.Run(k.name, func(t *testing.T) {
@@ -238,13 +238,9 @@ func TestCountedHandoff_TwoCallsOfOneOwner_BothGetIn(t *testing.T) {
 			for range 2 {
 				go func() { errs <- k.open(c, n).Lock(octx) }()
 			}
-			// A ReentrantMutex's calls queue each under a grant ID of its
-			// own; an RWMutex's writer calls share the owner's place.
-			places := 1
-			if k.name == "ReentrantMutex" {
-				places = 2
-			}
-			require.Eventually(t, func() bool { return len(queued(t, probe, n)) == places }, 5*time.Second, time.Millisecond)
+			// Each call queues under a grant ID of its own (a
+			// ReentrantMutex's, and an RWMutex's writers').
+			require.Eventually(t, func() bool { return len(queued(t, probe, n)) == 2 }, 5*time.Second, time.Millisecond)
 			time.Sleep(50 * time.Millisecond) // both calls wait
 			require.NoError(t, holder.Unlock(hctx))
 			for range 2 {

@@ -63,6 +63,9 @@ func RedlockWaiters(r *Redlock) int { return r.r.Core.Waits.Len() }
 // calls to find confirmed).
 func ChannelConfirmed(c *Client, m *Mutex) bool { return channelConfirmed(c, m.h.Channel) }
 
+// RWChannelConfirmed is ChannelConfirmed for an RWMutex.
+func RWChannelConfirmed(c *Client, rw *RWMutex) bool { return channelConfirmed(c, rw.h.Channel) }
+
 // ReentrantChannelConfirmed is ChannelConfirmed for a ReentrantMutex.
 func ReentrantChannelConfirmed(c *Client, r *ReentrantMutex) bool {
 	return channelConfirmed(c, r.h.Channel)

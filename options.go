@@ -334,10 +334,13 @@ const (
 // runs, Status names the hold that Redis granted (its holder ID and token),
 // and a HoldRef from HandOver carries that ID with the local hold's token. A
 // hold that was extended (Extend) or lost is released to Redis, not handed
-// on. A Mutex and a ReentrantMutex use WithCohort (a ReentrantMutex hands
-// an owner's last Unlock to another owner of the Client, with its own
-// count; re-entry never waits for a cohort), not with WithLease, and not a
-// Redlock Mutex; other primitives ignore it.
+// on. A Mutex, a ReentrantMutex and an RWMutex's writers use WithCohort
+// (a ReentrantMutex hands an owner's last Unlock to another owner of the
+// Client, with its own count; re-entry never waits for a cohort; an
+// RWMutex hands a write hold on only when neither owner reads, and
+// readers queued meanwhile get the lock when the cohort releases it, before
+// the next writer), not with WithLease, and not a Redlock Mutex; other
+// primitives ignore it.
 //
 // A waiter served locally may leave its place in the queue in Redis behind
 // for a moment; the Unlock that ends the cohort removes it. If the cohort

@@ -36,44 +36,52 @@ import (
 //
 // Make one with Client.RWMutex. The zero RWMutex is not usable.
 type RWMutex struct {
-	h    *engine.Handle // keys: W, RL, RC, Q, QE, F (see internal/scripts/rw_common.lua) and the channel
-	r    *engine.Handle // h as the read side reports itself in telemetry
-	self string         // owner ID used when ctx names none (WithHandleOwner); else ""
+	h    *engine.Handle    // keys: W, RL, RC, Q, QE, F (see internal/scripts/rw_common.lua) and the channel
+	r    *engine.Handle    // h as the read side reports itself in telemetry
+	w    *engine.Reentrant // the write side: a ReentrantMutex's engine over the rw_*.lua scripts
+	self string            // owner ID used when ctx names none (WithHandleOwner); else ""
 }
 
 // RWMutex returns a handle on the read-write lock called name. It sends
 // nothing to Redis. An empty name or an invalid option makes every method
 // return an error wrapping ErrInvalid.
+//
+// Its writers cohort as a ReentrantMutex's owners do (WithCohort,
+// WithoutCohort): an owner's last Unlock hands the write hold to a writer
+// of the same Client waiting for it, without a round trip, within the
+// cohort's bounds, unless either owner holds a read lock on it. Readers
+// queued meanwhile, on any Client, get the lock when the cohort releases
+// it to Redis, before the next writer, as after any writer.
 func (c *Client) RWMutex(name string, opts ...LockOption) *RWMutex {
 	lc := buildLockConfig(opts)
-	h := c.core.NewHandle(telemetry.KindRWWrite, name, lc.lease, lc.renewed, lc.err, ":rl", ":rc", ":mq", ":mqe", ":f")
+	h := c.core.NewHandle(telemetry.KindRWWrite, name, lc.lease, lc.renewed, lc.err, engine.RWKeys...)
 	r := *h
 	r.Kind = telemetry.KindRWRead
-	return &RWMutex{h: h, r: &r, self: handleOwnerID(c, lc)}
+	return &RWMutex{h: h, r: &r, w: engine.NewRWWrite(h, lc.cohort), self: handleOwnerID(c, lc)}
 }
 
 // Name returns the lock's name, without the key prefix.
 func (rw *RWMutex) Name() string { return rw.h.Name }
 
-// side returns the owner in ctx's read or write side of the lock. Both sides
-// of one owner share its gate.
-func (rw *RWMutex) side(ctx context.Context, write bool) (*engine.Counted, error) {
+// owner returns the owner of a call with ctx.
+func (rw *RWMutex) owner(ctx context.Context) (string, error) {
 	if err := rw.h.Usable(ctx); err != nil {
-		return nil, err
+		return "", err
 	}
-	owner, err := ownerID(rw.h.C, ctx, rw.self)
+	return ownerID(rw.h.C, ctx, rw.self)
+}
+
+// reader returns the owner in ctx's read side of the lock. Both sides of
+// one owner share its gate (the write side's: see engine's Reentrant).
+func (rw *RWMutex) reader(ctx context.Context) (*engine.Counted, error) {
+	owner, err := rw.owner(ctx)
 	if err != nil {
 		return nil, err
 	}
-	k := &engine.Counted{Owner: owner, Gate: engine.HoldKey(rw.h.Keys[0], owner), MarkKey: rw.h.Keys[4], MarkExtra: rw.h.Keys[3:4]}
-	if write {
-		k.H, k.Ops, k.LeaseKey, k.Spec = rw.h, rwOps{rw, true}, rw.h.Keys[0], wire.SpecHolder
-		k.Waiter = wire.RWWaiter(rw.h.Lease, true, owner)
-	} else {
-		// A read hold keeps RC and W (the lock's kind) alive with it.
-		k.H, k.Ops, k.LeaseKey, k.Extra, k.Spec = rw.r, rwOps{rw, false}, rw.h.Keys[1], []string{rw.h.Keys[2], rw.h.Keys[0]}, wire.SpecMemberWith2
-		k.Waiter = wire.RWWaiter(rw.h.Lease, false, owner)
-	}
+	// A read hold keeps RC and W (the lock's kind) alive with it.
+	k := &engine.Counted{H: rw.r, Ops: rwReadOps{rw}, Owner: owner, Gate: engine.HoldKey(rw.h.Key, owner),
+		LeaseKey: rw.h.Keys[1], Extra: []string{rw.h.Keys[2], rw.h.Keys[0]}, Spec: wire.SpecMemberWith2,
+		Waiter: wire.RWReader(rw.h.Lease, owner), MarkKey: rw.h.Keys[4], MarkExtra: rw.h.Keys[3:4]}
 	k.MarkSpec = wire.Spec{Kind: wire.SpecMemberWith, ID: k.Waiter}
 	k.HK = engine.HoldKey(k.LeaseKey, owner)
 	return k, nil
@@ -81,22 +89,31 @@ func (rw *RWMutex) side(ctx context.Context, write bool) (*engine.Counted, error
 
 // acquire runs one acquiring call on a side of the lock.
 func (rw *RWMutex) acquire(ctx context.Context, write bool, op string, block bool) (bool, error) {
-	k, err := rw.side(ctx, write)
+	if write {
+		owner, err := rw.owner(ctx)
+		if err != nil {
+			return false, err
+		}
+		return rw.w.Acquire(ctx, owner, op, block)
+	}
+	k, err := rw.reader(ctx)
 	if err != nil {
 		return false, err
 	}
-	kind := wire.KindReader
-	if write {
-		kind = wire.KindWriter
-	}
-	// A writer takes a hand-over from its message; a reader is handed the
-	// lock unclaimed and claims it with a try.
-	return k.NewAcquisition(ctx, op, block, write, wait.As{Kind: kind, Owner: k.Owner}).Run()
+	// A reader is handed the lock unclaimed and claims it with a try.
+	return k.NewAcquisition(ctx, op, block, wait.As{Kind: wire.KindReader, Owner: k.Owner}).Run()
 }
 
 // release drops one hold of a side of the lock.
 func (rw *RWMutex) release(ctx context.Context, write bool, op string) error {
-	k, err := rw.side(ctx, write)
+	if write {
+		owner, err := rw.owner(ctx)
+		if err != nil {
+			return err
+		}
+		return rw.w.Release(ctx, owner, op)
+	}
+	k, err := rw.reader(ctx)
 	if err != nil {
 		return err
 	}
@@ -204,7 +221,14 @@ func (rw *RWMutex) RHoldContext(ctx context.Context) (context.Context, context.C
 }
 
 func (rw *RWMutex) holdOf(ctx context.Context, write bool) *lease.Hold {
-	k, err := rw.side(ctx, write)
+	if write {
+		owner, err := rw.owner(ctx)
+		if err != nil {
+			return nil
+		}
+		return rw.w.Hold(owner)
+	}
+	k, err := rw.reader(ctx)
 	if err != nil {
 		return nil
 	}
@@ -247,52 +271,41 @@ func (rw *RWMutex) Token(ctx context.Context) uint64 {
 }
 
 // rwOps are the scripts of one side of an RWMutex.
-type rwOps struct {
-	rw    *RWMutex
-	write bool
-}
+// rwReadOps are the read side's scripts (see engine's CountedOps).
+type rwReadOps struct{ rw *RWMutex }
 
-func (o rwOps) TryScript(ctx context.Context, _, waiter string, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
+func (o rwReadOps) TryScript(ctx context.Context, owner, waiter string, ttl, markTTL time.Duration, _ int64) (wire.Try, error) {
 	rw := o.rw
-	s, args := scripts.RWTryRead, []any{waiter, wire.Millis(ttl), wire.Millis(markTTL), rw.h.C.ID}
-	if o.write {
-		s, args = scripts.RWTryWrite, append(args, known)
+	// The owner's write grant, if it writes: the writer may read
+	// (rw_try_read.lua). The owner's gate is held, so it cannot change.
+	var grant string
+	if l := rw.w.Hold(owner); l != nil && rw.h.C.WD.IsHeld(&l.Lease) {
+		grant = l.Spec.ID
 	}
-	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, args...).Slice()
+	res, err := rw.h.C.Script(ctx, scripts.RWTryRead, rw.h.Keys, waiter, wire.Millis(ttl), wire.Millis(markTTL), rw.h.C.ID, grant).Slice()
 	if err != nil {
 		return wire.Try{}, err
 	}
 	return wire.DecodeTry(res)
 }
 
-func (o rwOps) ServerCount(ctx context.Context, owner string) (int64, error) {
-	rw := o.rw
-	if !o.write {
-		return rw.h.C.RDB.HGet(ctx, rw.h.Keys[2], owner).Int64()
-	}
-	return rw.h.C.HolderCount(ctx, rw.h.Key, owner)
+func (o rwReadOps) ServerCount(ctx context.Context, owner string) (int64, error) {
+	return o.rw.h.C.RDB.HGet(ctx, o.rw.h.Keys[2], owner).Int64()
 }
 
-func (o rwOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
-	s := scripts.RWUnlockRead
-	if o.write {
-		s = scripts.RWUnlockWrite
-	}
-	return o.rw.run(ctx, s, owner)
+func (o rwReadOps) ReleaseScript(ctx context.Context, owner string) (int64, error) {
+	return o.rw.run(ctx, scripts.RWUnlockRead, owner, o.rw.h.C.ID)
 }
 
-// LeaveQueue withdraws the waiter, giving up a hand-over this Client has
-// not taken (a reader's unclaimed one; a writer's when known, the write
-// holds recorded for the owner, is 0) and letting in whoever its leaving
-// lets in. Best effort: a place left behind expires with its mark.
-func (o rwOps) LeaveQueue(ctx context.Context, _, waiter string, known int64) {
-	_, _ = o.rw.run(ctx, scripts.RWCancel, waiter, known)
+func (o rwReadOps) LeaveQueue(ctx context.Context, _, waiter string, _ int64) {
+	// (rw_cancel.lua takes what excl_cancel.lua does.)
+	_, _ = o.rw.run(ctx, scripts.RWCancel, telemetry.KindRWRead, waiter, o.rw.h.C.ID, "0", 0)
 }
 
-// run runs one of the scripts that let waiters in, {n, owners, token, ttl},
-// and wakes the waiters of this Client it handed the lock to. It returns n.
-func (rw *RWMutex) run(ctx context.Context, s *redis.Script, arg string, more ...any) (int64, error) {
-	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, append([]any{arg, rw.h.C.ID}, more...)...).Slice()
+// run runs a script of the read side that releases or leaves, and wakes
+// the waiters of this Client it let in.
+func (rw *RWMutex) run(ctx context.Context, s *redis.Script, args ...any) (int64, error) {
+	res, err := rw.h.C.Script(ctx, s, rw.h.Keys, args...).Slice()
 	if err != nil {
 		rw.h.WakeUnknown(err)
 		return 0, err

@@ -65,7 +65,26 @@ type CohortBound struct {
 // cohortOn reports whether m hands its holds on locally: a Mutex (not an
 // Election's lock) with a bound and no fixed lease.
 func (m *Mutex) cohortOn() bool {
-	return m.cohort.Max > 0 && m.h.Lease == 0 && (m.h.Kind == telemetry.KindMutex || m.h.Kind == telemetry.KindReentrant)
+	return m.cohort.Max > 0 && m.h.Lease == 0 && cohortKind(m.h.Kind)
+}
+
+// cohortKind reports whether locks of kind cohort: a Mutex, a
+// ReentrantMutex and an RWMutex's writers.
+func cohortKind(kind string) bool {
+	return kind == telemetry.KindMutex || kind == telemetry.KindReentrant || kind == telemetry.KindRWWrite
+}
+
+// reads reports whether owner holds a read hold of m's lock, an RWMutex's,
+// on this Core: a write hold of an owner that reads (it downgraded) must
+// not pass to another owner, nor one to an owner that reads (it would
+// upgrade), locally; the release in Redis sees the read hold.
+func (m *Mutex) reads(owner string) bool {
+	if m.x.s != exclRWWrite || owner == "" {
+		return false
+	}
+	c := m.h.C
+	l := c.heldLease(HoldKey(m.h.Keys[1], owner)) // (the read side's hold key: RL's)
+	return l != nil && c.WD.IsHeld(&l.Lease)
 }
 
 // passLocal hands l, just taken out of the slot by Unlock, to the first
@@ -85,6 +104,9 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 		return false, nil
 	}
 	c := m.h.C
+	if m.reads(m.owner) {
+		return false, nil
+	}
 	if c.isForced(l) {
 		// A ForceUnlock took it (forceNotice): the caller's release
 		// finds it gone.
@@ -95,7 +117,7 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	var given *lease.Hold
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
-		if wm.h.Kind != m.h.Kind {
+		if wm.h.Kind != m.h.Kind || wm.reads(wm.owner) {
 			return nil // a Mutex and a ReentrantMutex of one name: each fails on the other's key
 		}
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
@@ -180,10 +202,15 @@ func (c *Core) DropServed(l *lease.Hold) {
 }
 
 func (c *Core) dropServed(ctx context.Context, l *lease.Hold) {
-	if len(l.Cohort.Served) == 0 || l.Kind != telemetry.KindMutex && l.Kind != telemetry.KindReentrant {
+	if len(l.Cohort.Served) == 0 || !cohortKind(l.Kind) {
 		return
 	}
-	x := NewExcl(c.NewHandle(l.Kind, l.Name, 0, 0, nil, ExclKeys...), l.Kind == telemetry.KindReentrant)
+	var x *Excl
+	if l.Kind == telemetry.KindRWWrite {
+		x = NewRWWriteExcl(c.NewHandle(l.Kind, l.Name, 0, 0, nil, RWKeys...), false)
+	} else {
+		x = NewExcl(c.NewHandle(l.Kind, l.Name, 0, 0, nil, ExclKeys...), l.Kind == telemetry.KindReentrant)
+	}
 	for _, p := range l.Cohort.Served {
 		x.Cancel(ctx, p)
 	}

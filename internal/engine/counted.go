@@ -12,8 +12,9 @@ import (
 	"github.com/dlock-go/dlock/internal/wire"
 )
 
-// CountedOps is what one side of a counted primitive supplies: its
-// scripts.
+// CountedOps is what a counted primitive supplies: its scripts. The one
+// counted primitive left on this engine is an RWMutex's read side (its
+// writers, and the ReentrantMutex, run on Reentrant).
 type CountedOps interface {
 	// TryScript runs the acquire script for owner, queueing as waiter when
 	// markTTL > 0 and the try is refused. known is the holds this Core has
@@ -34,9 +35,8 @@ type CountedOps interface {
 	LeaveQueue(ctx context.Context, owner, waiter string, known int64)
 }
 
-// Counted is one owner's hold on one side of a counted primitive
-// (ReentrantMutex, either side of RWMutex), as a call acquiring or
-// releasing it sees it. It is the Acquirer of its acquisitions.
+// Counted is one owner's hold on a counted primitive (an RWMutex's read
+// side), as a call acquiring or releasing it sees it. It is the Acquirer of its acquisitions.
 //
 // Counted holds belong to an owner and count its re-entries. A Core tracks
 // each in its hold table by lock key and owner (see holds.go), and every
@@ -60,15 +60,9 @@ type Counted struct {
 	gated     bool // Try holds the owner's gate (Counted is one call's)
 }
 
-// NewAcquisition prepares an acquiring call of the owner, as waiter as: a
-// writer (Handed: true) takes a hand-over from its message alone, without
-// another try (see handed).
-func (k *Counted) NewAcquisition(ctx context.Context, op string, block, handed bool, as wait.As) *Acquisition {
-	a := k.H.NewAcquisition(ctx, k, op, block, as)
-	if handed {
-		a.As.Handed = func(token uint64) (bool, error) { return k.handed(a, token) }
-	}
-	return a
+// NewAcquisition prepares an acquiring call of the owner, as waiter as.
+func (k *Counted) NewAcquisition(ctx context.Context, op string, block bool, as wait.As) *Acquisition {
+	return k.H.NewAcquisition(ctx, k, op, block, as)
 }
 
 // known returns the holds this Core has recorded for the owner: 0 when it
@@ -124,39 +118,11 @@ func (k *Counted) keep(a *Acquisition, count int64, token uint64) error {
 		return errs.ClosedOp(a.Op, k.H.Name)
 	}
 	if count == 1 {
-		c.Waits.Took(k.H.Channel, k.Owner, token)
+		c.Waits.Took(k.H.Channel, k.Owner)
 		telemetry.Annotate(a.Ctx, telemetry.AttrToken.Int64(int64(token)))
 	}
 	telemetry.Annotate(a.Ctx, telemetry.AttrHoldCount.Int64(count))
 	return nil
-}
-
-// handed takes a hand-over to the owner, with token, from its message
-// alone: the release made the owner the holder with count 1, its token and
-// what was left of its waiting mark as the lease (see handedGrant for the
-// lease's clock). It runs under the owner's gate, so that no call of the
-// owner on this Core changes its hold meanwhile. It declines (a try then
-// follows) when the hand-over may not be the owner's to take any more: the
-// Core records a hold of the owner already (another call of it took the
-// hand-over: the try re-enters), or recorded a hold with this token or a
-// later one (another call took it and may have released it since: the
-// message is stale), or the grant's terms do not allow it (handedGrant).
-//
-// A caller whose ctx ended does not take it, and does not give it back
-// either: it leaves, its wake-up passes to another waiter of the owner on
-// this Core if any (which claims the hand-over with a try), and else Leave
-// gives it back (CancelOwner with no hold recorded).
-func (k *Counted) handed(a *Acquisition, token uint64) (bool, error) {
-	c := k.H.C
-	defer c.gate(k.Gate)()
-	if k.known() > 0 || c.Waits.Taken(k.H.Channel, k.Owner, token) || !a.handedGrant() {
-		return false, nil
-	}
-	if a.Ctx.Err() != nil {
-		return false, errs.NotObtained(a.Op, k.H.Name, a.Ctx)
-	}
-	ok, _, err := a.Granted(func() error { return k.keep(a, 1, token) })
-	return ok, err
 }
 
 // GiveBack drops the grant the owner will not get.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wire"
 )
@@ -16,9 +18,28 @@ import (
 // waiters of this Core that a script handed the lock to.
 type Excl struct {
 	h       *Handle
-	keys    []string // K, Q, QE, F, RL and the channel (see internal/scripts/excl_common.lua)
+	keys    []string // K, Q, QE, F, RL and the channel (see internal/scripts/excl_common.lua); an RWMutex's (rwExcl)
 	counted string   // "1" for a counted kind (ReentrantMutex), else "0"
+	s       *exclScripts
+	owner   string // an RWMutex writer's owner, for the write try's upgrade check (rw_try_write.lua)
 }
+
+// exclScripts are the scripts an Excl runs, with the same arguments and
+// replies (see internal/scripts/excl_*.lua): the exclusive locks', or an
+// RWMutex's write side (rw_*.lua, which take and return the same).
+type exclScripts struct {
+	try, unlock, cancel, state, force *redis.Script
+	stateKeys                         int // the keys the state script takes (the first ones)
+	queue, mark                       int // where in keys the queue (Q) and the waiting marks (QE) are
+	waiter                            func(lease time.Duration, reserve int, id string) string
+}
+
+var (
+	exclLock = &exclScripts{try: scripts.ExclTry, unlock: scripts.ExclUnlock, cancel: scripts.ExclCancel,
+		state: scripts.ExclState, force: scripts.ExclForce, stateKeys: 3, queue: 1, mark: 2, waiter: wire.ExclWaiter}
+	exclRWWrite = &exclScripts{try: scripts.RWTryWrite, unlock: scripts.RWUnlockWrite, cancel: scripts.RWCancel,
+		state: scripts.RWState, stateKeys: 5, queue: 3, mark: 4, waiter: wire.RWWriter}
+)
 
 // ExclKeys are the auxiliary keys of an exclusive lock: its queue, the
 // token memory every lock kind shares, and an RWMutex's readers, which a
@@ -26,14 +47,48 @@ type Excl struct {
 // internal/scripts/excl_common.lua).
 var ExclKeys = []string{":mq", ":mqe", ":f", ":rl"}
 
+// RWKeys are the auxiliary keys of an RWMutex: its readers' leases and
+// counts, its queue, and the token memory (see
+// internal/scripts/rw_common.lua).
+var RWKeys = []string{":rl", ":rc", ":mq", ":mqe", ":f"}
+
 // NewExcl returns the exclusive lock of h, whose keys are ExclKeys; a
 // counted lock (a ReentrantMutex) counts re-entries.
-func NewExcl(h *Handle, counted bool) *Excl {
-	x := &Excl{h: h, keys: h.Keys, counted: "0"}
+func NewExcl(h *Handle, counted bool) *Excl { return newExcl(h, counted, exclLock) }
+
+// NewRWWriteExcl returns the write side of the RWMutex whose handle is h
+// (keys W, RL, RC, Q, QE, F: see internal/scripts/rw_common.lua) as an
+// exclusive lock: its writers hold it under grant IDs, as a ReentrantMutex
+// does (see Reentrant).
+func NewRWWriteExcl(h *Handle, counted bool) *Excl { return newExcl(h, counted, exclRWWrite) }
+
+func newExcl(h *Handle, counted bool, s *exclScripts) *Excl {
+	x := &Excl{h: h, keys: h.Keys, counted: "0", s: s}
 	if counted {
 		x.counted = "1"
 	}
 	return x
+}
+
+// forOwner returns x for a writer of owner (the RWMutex's upgrade check).
+func (x *Excl) forOwner(owner string) *Excl {
+	if x.s != exclRWWrite || owner == "" {
+		return x
+	}
+	c := *x
+	c.owner = owner
+	return &c
+}
+
+// waiter names a waiter of the lock (see internal/wire's waiter.go).
+func (x *Excl) waiter(lease time.Duration, reserve int, id string) string {
+	return x.s.waiter(lease, reserve, id)
+}
+
+// markKeys are where a waiter's place is kept: the marks (QE), and the
+// queue (Q), which the marks' renewals keep alive too.
+func (x *Excl) markKeys() (string, []string) {
+	return x.keys[x.s.mark], x.keys[x.s.queue : x.s.queue+1]
 }
 
 // Try runs excl_try for the waiter id, queued as waiter (with reserve
@@ -43,7 +98,11 @@ func NewExcl(h *Handle, counted bool) *Excl {
 // that it has not recorded is a hand-over, which the try claims.
 func (x *Excl) Try(ctx context.Context, waiter, id string, reserve int, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
 	c := x.h.C
-	res, err := c.Script(ctx, scripts.ExclTry, x.keys, x.h.Kind, waiter, wire.Millis(ttl), wire.Millis(markTTL), c.ID, x.counted, id, reserve, known).Result()
+	args := []any{x.h.Kind, waiter, wire.Millis(ttl), wire.Millis(markTTL), c.ID, x.counted, id, reserve, known}
+	if x.owner != "" {
+		args = append(args, x.owner)
+	}
+	res, err := c.Script(ctx, x.s.try, x.keys, args...).Result()
 	if err != nil {
 		return wire.Try{}, err
 	}
@@ -78,7 +137,7 @@ func (x *Excl) unlockCohort(ctx context.Context, id string, drop, enqueue []stri
 			args = append(args, d)
 		}
 	}
-	res, err := c.Script(ctx, scripts.ExclUnlock, x.keys, args...).Result()
+	res, err := c.Script(ctx, x.s.unlock, x.keys, args...).Result()
 	if err != nil {
 		x.h.WakeUnknown(err)
 		return 0, err
@@ -101,7 +160,7 @@ func (x *Excl) Cancel(ctx context.Context, waiter string) { x.CancelOwner(ctx, w
 // hand-over nobody took, which passes on.
 func (x *Excl) CancelOwner(ctx context.Context, waiter string, known int64) {
 	c := x.h.C
-	res, err := c.Script(ctx, scripts.ExclCancel, x.keys, x.h.Kind, waiter, c.ID, x.counted, known).Slice()
+	res, err := c.Script(ctx, x.s.cancel, x.keys, x.h.Kind, waiter, c.ID, x.counted, known).Slice()
 	if err != nil {
 		x.h.WakeUnknown(err)
 		return
@@ -129,9 +188,12 @@ type ExclState struct {
 // State reads the lock with excl_state, checking that its keys are this
 // kind's.
 func (x *Excl) State(ctx context.Context) (ExclState, error) {
-	res, err := x.h.C.Script(ctx, scripts.ExclState, x.keys[:3], x.h.Kind).Slice()
+	res, err := x.h.C.Script(ctx, x.s.state, x.keys[:x.s.stateKeys], x.h.Kind).Slice()
 	if err != nil {
 		return ExclState{}, err
+	}
+	if x.s == exclRWWrite && len(res) == 6 {
+		res = append(res[:4], res[5]) // (rw_state.lua: the readers' count before the waiters')
 	}
 	if len(res) != 5 {
 		return ExclState{}, fmt.Errorf("unexpected reply %v", res)
@@ -153,7 +215,7 @@ func (x *Excl) State(ctx context.Context) (ExclState, error) {
 // learn at their next renewal.
 func (x *Excl) ForceUnlock(ctx context.Context, spanName string, lose func(cause error)) (bool, error) {
 	return x.h.ForceUnlock(ctx, spanName, func(ctx context.Context) ([]any, error) {
-		return x.h.C.Script(ctx, scripts.ExclForce, x.keys, x.h.Kind, x.h.C.ID, x.counted).Slice()
+		return x.h.C.Script(ctx, x.s.force, x.keys, x.h.Kind, x.h.C.ID, x.counted).Slice()
 	}, lose)
 }
 

@@ -48,7 +48,7 @@ type mutexTry struct {
 	m       *Mutex
 	id      string
 	reserve int    // tokens its grant reserves after its own (cohort.go)
-	waiter  string // id as it queues: see wire.ExclWaiter
+	waiter  string // id as it queues: see Excl.waiter
 	// A ReentrantMutex call (reentrant.go): the hold it is re-entering
 	// (for GiveBack), whether it re-entered its owner's hold, and whether
 	// it may have a place in the queue in Redis: it tried with a mark
@@ -69,8 +69,11 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquis
 	if m.cohortOn() {
 		t.reserve = m.cohort.Max // the tokens of the local handoffs (cohort.go)
 	}
-	t.waiter = wire.ExclWaiter(m.h.Lease, t.reserve, id)
+	t.waiter = m.x.waiter(m.h.Lease, t.reserve, id)
 	as := wait.As{ID: id, Owner: m.owner}
+	if m.x.s == exclRWWrite {
+		as.Kind = wire.KindWriter
+	}
 	if m.cohortOn() {
 		as.Cohort, as.Place = m, t.waiter
 		as.Local, as.LocalFor = block && m.cohortRuns(), m.cohort.MaxTime
@@ -86,7 +89,8 @@ func (m *Mutex) acquisition(ctx context.Context, op string, block bool) (*Acquis
 	if as.Local {
 		a.As.Queued = func(at time.Time) error {
 			a.Sent = at
-			_, _, err := a.Refused("", 0, true, false, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
+			markKey, markExtra := m.x.markKeys()
+			_, _, err := a.Refused("", 0, true, false, markKey, markExtra, wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
 			return err
 		}
 	}
@@ -110,7 +114,8 @@ func (t *mutexTry) Try(a *Acquisition) (bool, time.Duration, error) {
 	if r.Held {
 		return a.Granted(func() error { return t.keep(a, r.Token, r.Quiet) })
 	}
-	return a.Refused(wire.ClientOf(r.Holder), r.Left, markTTL > 0, r.Queued, m.x.keys[2], m.x.keys[1:2], wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
+	markKey, markExtra := m.x.markKeys()
+	return a.Refused(wire.ClientOf(r.Holder), r.Left, markTTL > 0, r.Queued, markKey, markExtra, wire.Spec{Kind: wire.SpecMemberWith, ID: t.waiter})
 }
 
 // keep records the granted hold as the handle's; quiet says that the

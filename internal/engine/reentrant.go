@@ -7,7 +7,6 @@ import (
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/telemetry"
-	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Reentrant is the engine of a ReentrantMutex on one Redis: the Mutex
@@ -53,13 +52,23 @@ func NewReentrant(h *Handle, cohort CohortBound) *Reentrant {
 	return &Reentrant{h: h, x: NewExcl(h, true), xf: NewExcl(h, false), cohort: cohort}
 }
 
+// NewRWWrite returns the engine of the write side of the RWMutex whose
+// handle is h (made with RWKeys): a ReentrantMutex's, over the rw_*.lua
+// scripts, whose writes Redis names by grant ID (see
+// internal/scripts/rw_common.lua). Its owners' read holds are the
+// RWMutex's read side's (Counted): a local handoff skips an owner that
+// reads, either way (see passLocal).
+func NewRWWrite(h *Handle, cohort CohortBound) *Reentrant {
+	return &Reentrant{h: h, x: NewRWWriteExcl(h, true), xf: NewRWWriteExcl(h, false), cohort: cohort}
+}
+
 // Excl returns the exclusive lock the engine runs on.
 func (r *Reentrant) Excl() *Excl { return r.x }
 
 // view is a Mutex engine over r's lock for one acquiring call of owner,
 // with a slot of its own for the grant.
 func (r *Reentrant) view(owner string) *Mutex {
-	return &Mutex{h: r.h, x: r.xf, slot: &Slot{}, cohort: r.cohort, owner: owner, cx: r.x}
+	return &Mutex{h: r.h, x: r.xf.forOwner(owner), slot: &Slot{}, cohort: r.cohort, owner: owner, cx: r.x.forOwner(owner)}
 }
 
 // Acquire runs one Lock or TryLock of owner: a re-entry if the owner
@@ -94,7 +103,7 @@ func (r *Reentrant) Acquire(ctx context.Context, owner, op string, block bool) (
 		c.WD.Lose(&l.Lease, errForced)
 	}
 	if c.Waits.Has(r.h.Channel) {
-		c.Waits.Took(r.h.Channel, owner, l.Token) // the owner's other calls re-enter
+		c.Waits.Took(r.h.Channel, owner) // the owner's other calls re-enter
 	}
 	return true, nil
 }
@@ -122,7 +131,7 @@ func (t *mutexTry) reenter(a *Acquisition, placed bool) (done, ok bool, err erro
 	}
 	id := l.Spec.ID
 	a.Sending() // a re-entry never queues
-	r, err := m.cx.Try(a.TryCtx(), wire.ExclWaiter(0, 0, id), id, 0, a.TTL, 0, l.Count)
+	r, err := m.cx.Try(a.TryCtx(), m.cx.waiter(0, 0, id), id, 0, a.TTL, 0, l.Count)
 	if err != nil {
 		if errs.OutcomeUnknown(err) {
 			m.h.WakeUnknown(err) // it may have handed a free lock to a waiter here

@@ -192,8 +192,8 @@ end
 -- Waiter names: the Lua side of internal/wire's waiter.go, which states
 -- the formats. An exclusive lock's waiter '<lease>[+<reserve>]:<id>' reads
 -- as its lease (ms), its ID and its reservation (0 when none); an
--- RWMutex's '<lease>:<r|w><owner>' as its lease, its role ('r' or 'w') and
--- its owner.
+-- RWMutex's '<lease>[+<reserve>]:<r|w><id>' as its lease, its role ('r' or
+-- 'w'), a reader's owner or a writer's grant ID, and its reservation.
 local function parse_waiter(w)
   local colon = string.find(w, ':', 1, true)
   local head = string.sub(w, 1, colon - 1)
@@ -207,8 +207,8 @@ local function parse_waiter(w)
 end
 
 local function parse_rw(w)
-  local colon = string.find(w, ':', 1, true)
-  return tonumber(string.sub(w, 1, colon - 1)), string.sub(w, colon + 1, colon + 1), string.sub(w, colon + 2)
+  local lease, id, reserve = parse_waiter(w)
+  return lease, string.sub(id, 1, 1), string.sub(id, 2), reserve
 end
 
 -- Release messages. internal/wire's release.go owns the format,

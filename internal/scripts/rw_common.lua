@@ -3,9 +3,13 @@
 --
 -- An RWMutex named n keeps five keys, all with the hash tag {n}:
 --   W   p{n}      hash  k: 'rwlock'
---                       o: the writer's owner ID; absent while nobody writes
+--                       o: the writer's grant ID (a fresh ID per write
+--                          acquisition, whose owner only its Client knows:
+--                          see engine's Reentrant); absent while nobody writes
 --                       n: its write count
 --                       f: the fencing token of the current or last write
+--                       x: the tokens the write grant reserved after f, for
+--                          its Client's local handoffs (absent: none)
 --   RL  p{n}:rl   zset  reader owner ID -> expiry of its read lease (server ms)
 --   RC  p{n}:rc   hash  reader owner ID -> read count (0: handed to it, not
 --                       yet claimed)
@@ -17,8 +21,9 @@
 -- reader holds (readers' renewals lengthen it too), so that the name keeps
 -- its kind while only readers hold it. A reader whose
 -- lease expired is dropped by the next script that purges. A waiter is
--- '<lease>:<r|w><owner ID>': its fixed lease in ms (0: renewed by the
--- watchdog), whether it reads or writes, and its owner.
+-- '<lease>[+<reserve>]:<r|w><ID>': its fixed lease in ms (0: renewed by
+-- the watchdog), the tokens a writer reserves after its own, whether it
+-- reads or writes, and a reader's owner ID or a writer's grant ID.
 --
 -- Fairness, as sync.RWMutex gives it: while a writer waits, new readers
 -- queue behind it, so readers cannot starve writers; when a writer
@@ -28,10 +33,18 @@
 -- lock over directly, and publishes '<from>|1|g|<owner,...>|<token>|<ttl>'
 -- unless every owner it went to is on Client from, the caller. A writer is
 -- handed the lock claimed (write count 1): its Client records the hold from
--- the message, and a write try or cancel of that owner tells a hold the
+-- the message, and a write try or cancel of that grant tells a hold the
 -- Client took from one it has not taken yet by the count the Client sends
 -- (see rw_try_write, rw_cancel). Readers are handed it unclaimed (read
 -- count 0) and claim it with a try.
+--
+-- Writers run on the engine of a ReentrantMutex (engine's Reentrant): the
+-- write scripts take and return what the excl_*.lua scripts do, so that a
+-- Client hands a write hold from one owner to another of its own without a
+-- round trip (lock cohorting, within the bounds of WithCohort), under the
+-- same grant ID and with the next of the tokens the grant reserved. Readers
+-- queued meanwhile wait for the cohort's release, which lets them in before
+-- the next writer, as after any writer.
 
 --#include lib.lua
 
@@ -114,19 +127,32 @@ local function grant_readers(RL, RC, Q, QE, CH, from, now)
   return owners, longest
 end
 
+-- Make W the write hold of grant id, count 1, with the next token after
+-- last (the highest W knows of, or nil: F's) and reserve more reserved
+-- after it. Returns the token.
+local function take_write(W, F, id, last, reserve)
+  local f = issue_fence(F, last, reserve)
+  redis.call('HSET', W, 'k', 'rwlock', 'o', id, 'n', 1, 'f', f)
+  if reserve > 0 then
+    redis.call('HSET', W, 'x', reserve)
+  else
+    redis.call('HDEL', W, 'x')
+  end
+  return f
+end
+
 -- Hand W to the first live writer queued (write count 1, claimed), with
--- the next fencing token after fence (W's, or nil: F's). Returns its owner
--- and token, or nil.
+-- the next fencing token after fence (W's, or nil: F's) and its
+-- reservation. Returns its grant ID and token, or nil.
 local function grant_writer(W, F, Q, QE, CH, from, now, fence)
   for _, w in ipairs(redis.call('ZRANGE', Q, 0, -1)) do
-    local lease, role, owner = parse_rw(w)
+    local lease, role, owner, reserve = parse_rw(w)
     if role == 'w' then
       local ttl = handed_ttl(QE, w, lease, now)
       redis.call('ZREM', Q, w)
       redis.call('ZREM', QE, w)
       if ttl > 0 then
-        local f = issue_fence(F, tonumber(fence))
-        redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 1, 'f', f)
+        local f = take_write(W, F, owner, fence and known_fence(W, fence), reserve)
         redis.call('PEXPIRE', W, ttl)
         announce(CH, from, {owner}, f, ttl)
         return owner, f, ttl

@@ -6,10 +6,13 @@
 -- ARGV[2]     the lease to apply in ms
 -- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
 -- ARGV[4]     the Client's ID, for a grant message
+-- ARGV[5]     the grant ID of the owner's write hold, as its Client records
+--             it; '' or absent when the owner does not write (W names a
+--             write hold by its grant, not its owner: see rw_common.lua)
 --
 -- Returns {read count, ''} when the owner holds a read lock. A new reader
 -- is refused while another owner writes or a writer is queued; the writer
--- itself may also read (downgrade), and an owner that already reads may
+-- itself may also read (downgrade: W's writer is ARGV[5]), and an owner that already reads may
 -- re-enter even when a writer waits, or it would deadlock. Re-entry keeps
 -- the lease of the owner's first read hold. Otherwise returns {-(ms until
 -- the blocking lease runs out, at least 1; 0 for none), the writer or '',
@@ -40,7 +43,7 @@ local n = tonumber(redis.call('HGET', RC, owner) or '-1')
 if n >= 1 then
   return held(redis.call('HINCRBY', RC, owner, 1), '')
 end
-if n == 0 or writer == owner or not writer and not writer_queued(Q) then
+if n == 0 or writer and writer == ARGV[5] or not writer and not writer_queued(Q) then
   -- A hand-over claimed, a writer reading, or a free lock: a fresh lease.
   redis.call('HSET', RC, owner, 1)
   redis.call('ZADD', RL, now + ttl, owner)

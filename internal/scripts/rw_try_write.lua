@@ -1,28 +1,36 @@
 -- rw_try_write: take, claim or re-enter the write hold of an RWMutex, or
--- queue for it (includes rw_common.lua).
+-- queue for it (includes rw_common.lua). It takes and returns what
+-- excl_try.lua does, so that the write side runs on the exclusive locks'
+-- engine (see rw_common.lua); the lock's hold is named by its grant ID.
 --
 -- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
--- ARGV[1]     the waiter: '<lease>:w<owner>'
--- ARGV[2]     the lease to apply in ms
--- ARGV[3]     waiting mark lease in ms; 0 for a try that will not wait
--- ARGV[4]     the Client's ID, for a grant message
--- ARGV[5]     the write holds the Client has recorded for the owner
---             (absent: 0); a write hold it has not recorded is a hand-over
---             not taken yet, which the try claims (count 1, lease reset)
+-- ARGV[1]     the kind, as the engine sends it (unused: W's is 'rwlock')
+-- ARGV[2]     the waiter: '<lease>[+<reserve>]:w<grant ID>'
+-- ARGV[3]     the lease to apply in ms
+-- ARGV[4]     waiting mark lease in ms; 0 for a try that will not wait
+-- ARGV[5]     the Client's ID, for a grant message
+-- ARGV[6]     '1': re-entry adds a hold; '0': it claims (unused otherwise)
+-- ARGV[7]     the grant ID, and
+-- ARGV[8]     its reservation, as ARGV[2] has them
+-- ARGV[9]     the write holds the Client has recorded for the grant
+--             (absent: 0); a write hold of the grant it has not recorded
+--             is a hand-over not taken yet, which the try claims (count 1,
+--             lease reset)
+-- ARGV[10]    the owner ID, for the upgrade check
 --
--- Returns {write count, token} when the owner holds the write lock (a new
--- hold gets a new fencing token; re-entry keeps it and the lease). An owner
--- that reads without writing gets DLOCK_UPGRADE: waiting for its own read
--- hold to end would deadlock. Otherwise returns {-(ms until the earliest
--- blocking lease runs out, at least 1; 0 for none), the blocking holder or
--- '', '', 1 when this try queued the owner anew else 0}, queueing the owner
--- when ARGV[3] > 0. A released lock of another lock kind is taken over
--- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND before
--- anything changes.
+-- Returns held(count, token) (lib.lua) when the grant holds the write lock
+-- (a new hold gets a new fencing token, with ARGV[8] more reserved after
+-- it; re-entry keeps it and the lease). An owner that reads without
+-- writing gets DLOCK_UPGRADE: waiting for its own read hold to end would
+-- deadlock. Otherwise returns busy(ms until the earliest blocking lease
+-- runs out, the blocking holder or '', '', 1 when this try queued the
+-- waiter anew else 0), queueing it when ARGV[4] > 0. A released lock of
+-- another lock kind is taken over (take_over, lib.lua). Keys of another
+-- kind fail with DLOCK_KIND before anything changes.
 --#include rw_common.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local waiter, ttl, mark, from = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local _, _, owner = parse_rw(waiter)
+local waiter, ttl, mark, from = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
+local id, reserve, owner = ARGV[7], tonumber(ARGV[8] or '0'), ARGV[10] or ''
 local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
 local carried -- the token memory of a released lock of another kind
 if bad then
@@ -37,8 +45,8 @@ if bad then
   return bad
 end
 local holder, fence = v[2], v[4]
-if holder == owner then
-  if tonumber(ARGV[5] or '0') > 0 then
+if holder == id then
+  if ARGV[6] == '1' and tonumber(ARGV[9] or '0') > 0 then
     return held(redis.call('HINCRBY', W, 'n', 1), fence)
   end
   redis.call('HSET', W, 'n', 1) -- a hand-over claimed
@@ -48,7 +56,7 @@ end
 local s, us = now_parts()
 local now = s * 1000 + math.floor(us / 1000)
 purge(RL, RC, Q, QE, now)
-if redis.call('HEXISTS', RC, owner) == 1 then
+if owner ~= '' and redis.call('HEXISTS', RC, owner) == 1 then
   return redis.error_reply('DLOCK_UPGRADE the owner holds a read lock')
 end
 if not holder and redis.call('ZCARD', RL) == 0 then
@@ -56,15 +64,14 @@ if not holder and redis.call('ZCARD', RL) == 0 then
   if not first or first == waiter then
     redis.call('ZREM', Q, waiter)
     redis.call('ZREM', QE, waiter)
-    local f = issue_fence(F, carried or tonumber(fence))
-    redis.call('HSET', W, 'k', 'rwlock', 'o', owner, 'n', 1, 'f', f)
+    local f = take_write(W, F, id, carried or (fence and known_fence(W, fence)), reserve)
     redis.call('PEXPIRE', W, ttl)
     return held(1, f)
   end
   -- Announced from nobody (''), so that the caller's own Client applies it
   -- too: this try learns only whether the lock went to itself.
   local to, f = admit(false, W, F, RL, RC, Q, QE, CH, '', now, fence)
-  if to == owner then
+  if to == id then
     redis.call('HSET', W, 'n', 1) -- handed to this very try: claimed
     redis.call('PEXPIRE', W, ttl)
     return held(1, f)

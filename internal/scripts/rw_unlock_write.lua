@@ -1,28 +1,42 @@
--- rw_unlock_write: drop one write hold of an RWMutex (includes
--- rw_common.lua). The last one releases the write lock, to every reader
--- queued, else to the first writer queued (see rw_common.lua).
+-- rw_unlock_write: drop a write hold of an RWMutex if, and only if, the
+-- grant holds it (includes rw_common.lua). The last one releases the write
+-- lock, to every reader queued, else to the first writer queued (see
+-- rw_common.lua). It takes and returns what excl_unlock.lua does, so that
+-- the write side runs on the exclusive locks' engine.
 --
 -- KEYS[1..7]  W, RL, RC, Q, QE, F (see rw_common.lua), and the channel
--- ARGV[1]     the owner ID
--- ARGV[2]     the Client's ID, for a grant message
+-- ARGV[1]     the kind, as the engine sends it (unused: W's is 'rwlock')
+-- ARGV[2]     the grant ID
+-- ARGV[3]     the Client's ID, for a grant message
+-- ARGV[4]     '1': drop one hold; '0': release whatever the count (the
+--             Client's count decides the last Unlock: see engine's
+--             Reentrant)
+-- ARGV[5..]   only at the end of a cohort (WithCohort): the waiting mark
+--             lease in ms, the number n of waiters then listed to drop
+--             from the queue first, whether or not the grant still holds
+--             the lock (the places of the writers the cohort served
+--             locally), and after them the writers to queue, in this order,
+--             before the lock passes on (the cohort's local waiters)
 --
--- Returns {-1, ''} when the owner does not write (nothing changes), {n, ''}
--- when it has n write holds left, or {0, owners, token, ttl}: released,
--- handed to the owners listed (comma-separated, '' for none), with the
--- writer's token (or '') and the lease they got in ms (0: none).
+-- Returns {-1, ''} when the grant does not hold the write lock (nothing
+-- changes), {n, ''} when it has n holds left, the integer 0 (the fast
+-- path's shorter reply) or {0, ''} when the lock was freed, or {0, owners,
+-- token, ttl}: handed to the owners listed (comma-separated: readers, or
+-- one writer's grant), with the writer's token (or '') and the lease they
+-- got in ms.
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
-local owner, from = ARGV[1], ARGV[2]
+local id, from, counted = ARGV[2], ARGV[3], ARGV[4] == '1'
 -- The fast paths, before any helper is defined (see scripts.go): the
--- owner's last write hold, no reader holding (RL empty) and no reader
--- queued. Then the lock goes to the first writer queued if its mark is
--- live, as admit does after a writer (grant_writer, issue_fence), or is
--- freed when nobody is queued (free_writer); in 7-12 calls instead of 14 or
--- more. Marks expired behind the first writer stay for the next slow path
--- to purge (Q's and QE's expiry covers them). Anything else (a reader
--- queued, a dead first mark, any of the five keys of another type, which
--- the slow path names) goes down the slow path.
-local v = redis.pcall('HMGET', W, 'k', 'o', 'n', 'f') -- a W of another type: slow path
-if v[1] == 'rwlock' and v[2] == owner and tonumber(v[3] or '1') <= 1 and v[4] then
+-- grant's last write hold, no cohort lists, no reader holding (RL empty)
+-- and no reader queued. Then the lock goes to the first writer queued if
+-- its mark is live, as admit does after a writer (grant_writer, take_write,
+-- issue_fence), or is freed when nobody is queued (free_writer); in 7-12
+-- calls instead of 14 or more. Marks expired behind the first writer stay
+-- for the next slow path to purge (Q's and QE's expiry covers them).
+-- Anything else (a reader queued, a dead first mark, any of the five keys
+-- of another type, which the slow path names) goes down the slow path.
+local v = redis.pcall('HMGET', W, 'k', 'o', 'n', 'f', 'x') -- a W of another type: slow path
+if v[1] == 'rwlock' and v[2] == id and (not counted or tonumber(v[3] or '1') <= 1) and v[4] and #ARGV < 5 then
   local q = redis.pcall('ZRANGE', Q, 0, -1)
   local readers = redis.pcall('ZCARD', RL)
   local rc, qe = redis.call('TYPE', RC).ok, redis.call('TYPE', QE).ok
@@ -40,18 +54,21 @@ if v[1] == 'rwlock' and v[2] == owner and tonumber(v[3] or '1') <= 1 and v[4] th
   if first == false then -- nobody queued: free_writer
     redis.call('HDEL', W, 'o', 'n')
     redis.call('PEXPIRE', W, '60000') -- fence_memory
-    return {0, '', '', 0}
+    return 0
   end
   local expiry = first and redis.call('ZSCORE', QE, first)
   local t = expiry and redis.call('TIME')
   local ttl = t and tonumber(expiry) - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
   if ttl and ttl > 0 then
     local colon = string.find(first, ':', 1, true)
-    local lease, to = tonumber(string.sub(first, 1, colon - 1)), string.sub(first, colon + 2)
+    local head, to = string.sub(first, 1, colon - 1), string.sub(first, colon + 2)
+    local plus = string.find(head, '+', 1, true)
+    local reserve = plus and tonumber(string.sub(head, plus + 1)) or 0
+    local lease = tonumber(plus and string.sub(head, 1, plus - 1) or head)
     if lease and lease > 0 and lease < ttl then
       ttl = lease
     end
-    local f = tonumber(v[4]) + 1
+    local f = tonumber(v[4]) + (tonumber(v[5]) or 0) + 1
     local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
     if now > f then
       f = now
@@ -59,8 +76,14 @@ if v[1] == 'rwlock' and v[2] == owner and tonumber(v[3] or '1') <= 1 and v[4] th
     local fs = string.format('%.0f', f)
     redis.call('ZREM', Q, first)
     redis.call('ZREM', QE, first)
-    redis.call('SET', F, fs, 'PX', '60000')
-    redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs)
+    if reserve > 0 then
+      redis.call('SET', F, fs .. '+' .. reserve, 'PX', '60000')
+      redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs, 'x', reserve)
+    else
+      redis.call('SET', F, fs, 'PX', '60000')
+      redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs)
+      redis.call('HDEL', W, 'x')
+    end
     redis.call('PEXPIRE', W, ttl)
     if string.match(to, '^[^.]*') ~= from then
       redis.call('PUBLISH', CH, from .. '|1|g|' .. to .. '|' .. fs .. '|' .. ttl)
@@ -69,19 +92,44 @@ if v[1] == 'rwlock' and v[2] == owner and tonumber(v[3] or '1') <= 1 and v[4] th
   end
 end
 --#include rw_common.lua
-local v, bad = rw_open(W, RL, RC, Q, QE, 'o', 'f')
+local bad
+v, bad = rw_open(W, RL, RC, Q, QE, 'o', 'f')
 if bad then
   return bad
 end
-if v[2] ~= owner then
+local enqueue = 0
+if #ARGV >= 5 then
+  local last = 6 + tonumber(ARGV[6])
+  for i = 7, last do
+    redis.call('ZREM', Q, ARGV[i])
+    redis.call('ZREM', QE, ARGV[i])
+  end
+  enqueue = last + 1
+end
+if v[2] ~= id then
   return {-1, ''}
 end
-local n = redis.call('HINCRBY', W, 'n', -1)
-if n > 0 then
-  return {n, ''}
+local now = now_ms()
+if enqueue > 0 and enqueue <= #ARGV then
+  -- The cohort's local waiters, in their order, behind those queued, and
+  -- so ahead of the caller should it lock again.
+  local mark = tonumber(ARGV[5])
+  local s, us = now_parts()
+  local base = s * 1000000 + us -- arrival, as enqueue (rw_common.lua) scores it
+  for i = enqueue, #ARGV do
+    redis.call('ZADD', Q, 'NX', string.format('%.0f', base + i - enqueue), ARGV[i])
+    redis.call('ZADD', QE, now + mark, ARGV[i])
+  end
+  extend(Q, mark)
+  extend(QE, mark)
+end
+if counted then
+  local n = redis.call('HINCRBY', W, 'n', -1)
+  if n > 0 then
+    return {n, ''}
+  end
 end
 free_writer(W)
-local now = now_ms()
 purge(RL, RC, Q, QE, now)
 local to, f, ttl = admit(true, W, F, RL, RC, Q, QE, CH, from, now, v[3])
 return {0, to, f, ttl}

@@ -30,36 +30,19 @@ type Registry struct {
 	byID   map[string]*Waiter
 	count  atomic.Int64 // waiters; written under mu, read without it on hot paths
 	closed bool
-	// taken and takenOld: by channel and owner, the token of the latest new
-	// counted hold this Client recorded (see Took). Two generations, each
-	// takenFor long: an entry lives between takenFor and twice that.
-	taken, takenOld map[string]uint64
-	takenSince      time.Time // when taken began
 }
-
-// takenFor is how long Took remembers a token at least: far longer than a
-// release message takes on its way from the script that published it.
-const takenFor = 10 * time.Second
 
 func (r *Registry) init() {
 	r.queues = make(map[string]*queue)
 	r.byID = make(map[string]*Waiter)
-	r.taken = make(map[string]uint64)
 }
 
 // Took records that this Client recorded a new hold of owner's on the
-// counted lock of channel, with token, and wakes the owner's waiters on it,
-// which can re-enter now. A hand-over message naming the owner with this
-// token or an earlier one may still be on its way; Taken then tells the
-// waiter it reaches that the hand-over is no longer there to take.
-func (r *Registry) Took(channel, owner string, token uint64) {
+// counted lock of channel, and wakes the owner's waiters on it, which can
+// re-enter now.
+func (r *Registry) Took(channel, owner string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now := time.Now(); now.Sub(r.takenSince) > takenFor {
-		r.taken, r.takenOld, r.takenSince = make(map[string]uint64), r.taken, now
-	}
-	key := channel + "\x00" + owner
-	r.taken[key] = max(r.taken[key], token)
 	if q := r.queues[channel]; q != nil {
 		for w := q.head; w != nil; w = w.next {
 			if w.owner == owner {
@@ -80,15 +63,6 @@ func (r *Registry) OwnerHolds(w *Waiter) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return w.ownerHolds
-}
-
-// Taken reports whether this Client recorded a hold of owner's on the lock
-// of channel with token or a later one, lately (see takenFor).
-func (r *Registry) Taken(channel, owner string, token uint64) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	key := channel + "\x00" + owner
-	return token <= max(r.taken[key], r.takenOld[key])
 }
 
 // Has reports whether channel has local waiters.

@@ -197,20 +197,19 @@ func TestWaitRegistry_HandedToOwner_LoneWaiterTakesIt_SeveralClaimIt(t *testing.
 	assert.Equal(t, WakeLocal, got)
 }
 
-func TestWaitRegistry_Took_MakesEarlierHandOversStale(t *testing.T) {
+func TestWaitRegistry_Took_WakesTheOwnersWaiters(t *testing.T) {
 	var r Registry
 	r.init()
-	w, _ := r.Join("ch", As{Owner: "c.o.a", Handed: takesHanded})
-	assert.False(t, r.Taken("ch", "c.o.a", 10))
-	r.Took("ch", "c.o.a", 10)
+	w, _ := r.Join("ch", As{Owner: "c.o.a"})
+	x, _ := r.Join("ch", As{Owner: "c.o.x"})
+	r.Took("ch", "c.o.a")
 	got, ok := pending(w)
 	require.True(t, ok, "the owner's waiters re-enter")
 	assert.Equal(t, WakeLocal, got)
-	assert.True(t, r.Taken("ch", "c.o.a", 10), "a hand-over with the token taken is stale")
-	assert.True(t, r.Taken("ch", "c.o.a", 9))
-	assert.False(t, r.Taken("ch", "c.o.a", 11), "a later hand-over is not")
-	assert.False(t, r.Taken("ch", "c.o.b", 10), "another owner's is not")
-	assert.False(t, r.Taken("other", "c.o.a", 10), "another lock's is not")
+	assert.True(t, r.OwnerHolds(w))
+	_, ok = pending(x)
+	assert.False(t, ok, "another owner's waiter is not woken")
+	assert.False(t, r.OwnerHolds(x))
 }
 
 func TestWaitRegistry_OwnerWaiterLeavingWoken_PassesToTheSameOwner(t *testing.T) {

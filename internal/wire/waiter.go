@@ -16,10 +16,12 @@ import (
 // is granted (a cohorting Mutex: see engine's cohort), and the ID it will
 // hold the lock under. An RWMutex queues
 //
-//	<lease>:<r|w><owner>
+//	<lease>[+<reserve>]:<r|w><id>
 //
-// its lease, whether it reads or writes, and its owner ID. lib.lua's
-// parse_waiter and parse_rw read them.
+// its lease, the tokens a writer reserves (as above), whether it reads or
+// writes, and a reader's owner ID or a writer's grant ID (the ID of its
+// write hold: see engine's Reentrant). lib.lua's parse_waiter and parse_rw
+// read them.
 
 // ExclWaiter names a waiter of an exclusive lock.
 func ExclWaiter(lease time.Duration, reserve int, id string) string {
@@ -54,27 +56,25 @@ func ParseExclWaiter(w string) (lease time.Duration, reserve int, id string, ok 
 	return time.Duration(ms) * time.Millisecond, reserve, id, true
 }
 
-// RWWaiter names a waiter of an RWMutex: a writer when write, else a
-// reader.
-func RWWaiter(lease time.Duration, write bool, owner string) string {
-	role := "r"
-	if write {
-		role = "w"
-	}
-	return strconv.FormatInt(Millis(lease), 10) + ":" + role + owner
+// RWReader names a reader of an RWMutex waiting, by its owner.
+func RWReader(lease time.Duration, owner string) string {
+	return strconv.FormatInt(Millis(lease), 10) + ":r" + owner
 }
 
-// ParseRWWaiter reads a name RWWaiter wrote; ok is false for anything else.
-func ParseRWWaiter(w string) (lease time.Duration, write bool, owner string, ok bool) {
-	head, rest, ok := strings.Cut(w, ":")
-	if !ok || rest == "" || rest[0] != 'r' && rest[0] != 'w' {
-		return 0, false, "", false
+// RWWriter names a writer of an RWMutex waiting, by the grant ID it will
+// hold the lock under, with reserve tokens reserved after its own.
+func RWWriter(lease time.Duration, reserve int, id string) string {
+	return ExclWaiter(lease, reserve, "w"+id)
+}
+
+// ParseRWWaiter reads a name RWReader or RWWriter wrote; ok is false for
+// anything else.
+func ParseRWWaiter(w string) (lease time.Duration, reserve int, write bool, id string, ok bool) {
+	lease, reserve, rest, ok := ParseExclWaiter(w)
+	if !ok || rest == "" || rest[0] != 'r' && rest[0] != 'w' || rest[0] == 'r' && reserve > 0 {
+		return 0, 0, false, "", false
 	}
-	ms, err := strconv.ParseInt(head, 10, 64)
-	if err != nil || ms < 0 {
-		return 0, false, "", false
-	}
-	return time.Duration(ms) * time.Millisecond, rest[0] == 'w', rest[1:], true
+	return lease, reserve, rest[0] == 'w', rest[1:], true
 }
 
 // Millis converts d to whole milliseconds, as PX and PEXPIRE take them,

@@ -52,19 +52,25 @@ func TestWaiters_RoundTrip(t *testing.T) {
 		assert.Equal(t, tc.id, id)
 	}
 	for _, write := range []bool{false, true} {
-		w := RWWaiter(2*time.Second, write, "c~X.o.me")
-		lease, gotWrite, owner, ok := ParseRWWaiter(w)
+		w, reserve := RWReader(2*time.Second, "c~X.o.me"), 0
+		if write {
+			w, reserve = RWWriter(2*time.Second, 4, "c~X.o.me"), 4
+		}
+		lease, gotReserve, gotWrite, id, ok := ParseRWWaiter(w)
 		require.True(t, ok, w)
 		assert.Equal(t, 2*time.Second, lease)
+		assert.Equal(t, reserve, gotReserve)
 		assert.Equal(t, write, gotWrite)
-		assert.Equal(t, "c~X.o.me", owner)
+		assert.Equal(t, "c~X.o.me", id)
 	}
 	for _, bad := range []string{"", "x:1", "-1:a", "1+x:a", "no colon"} {
 		_, _, _, ok := ParseExclWaiter(bad)
 		assert.False(t, ok, bad)
 	}
-	_, _, _, ok := ParseRWWaiter("0:xowner")
+	_, _, _, _, ok := ParseRWWaiter("0:xowner")
 	assert.False(t, ok, "a role other than r or w")
+	_, _, _, _, ok = ParseRWWaiter("0+4:rowner")
+	assert.False(t, ok, "a reader reserves no tokens")
 }
 
 func TestTry_DecodesEveryShape(t *testing.T) {
@@ -122,8 +128,12 @@ func TestLua_ReadsAndWritesTheSameFormats(t *testing.T) {
 	assert.Equal(t, []any{int64(1500), "c~X.abc:d", int64(4)}, run("return {parse_waiter(ARGV[1])}", w))
 	w = ExclWaiter(0, 0, "c~X.abc")
 	assert.Equal(t, []any{int64(0), "c~X.abc", int64(0)}, run("return {parse_waiter(ARGV[1])}", w))
-	w = RWWaiter(0, true, "c~X.o.me")
-	assert.Equal(t, []any{int64(0), "w", "c~X.o.me"}, run("return {parse_rw(ARGV[1])}", w))
+	w = RWWriter(0, 0, "c~X.o.me")
+	assert.Equal(t, []any{int64(0), "w", "c~X.o.me", int64(0)}, run("return {parse_rw(ARGV[1])}", w))
+	w = RWWriter(0, 4, "c~X.o.me")
+	assert.Equal(t, []any{int64(0), "w", "c~X.o.me", int64(4)}, run("return {parse_rw(ARGV[1])}", w))
+	w = RWReader(1500*time.Millisecond, "c~X.o.me")
+	assert.Equal(t, []any{int64(1500), "r", "c~X.o.me", int64(0)}, run("return {parse_rw(ARGV[1])}", w))
 
 	for _, tc := range []struct {
 		lua  string
