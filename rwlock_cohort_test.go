@@ -1,6 +1,7 @@
 package dlock_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -365,4 +366,70 @@ func TestRWCohort_CloseLeaksNothing(t *testing.T) {
 		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
 	_, err := e.client(e.rdb()).RWMutex(n).ForceUnlock(ctx)
 	require.NoError(t, err)
+}
+
+// A partitioned Client whose writer a hands its hold to writer b locally
+// (no round trip, so the partition does not stop it): b's hold ends with
+// the Redis lease it inherited, and b learns of its loss before a reader,
+// or a writer, on another Client holds the lock.
+func TestFault_RWCohort_PartitionedLocalHandoff_WriterToldBeforeAnotherClientHolds(t *testing.T) {
+	long(t)
+	for _, read := range []bool{false, true} {
+		t.Run(map[bool]string{false: "writer elsewhere", true: "reader elsewhere"}[read], func(t *testing.T) {
+			e := realEnv(t)
+			const timeout = time.Second
+			ctx := ctxTimeout(t, 20*time.Second)
+			n := name(t)
+			rdb, proxy := e.proxied()
+			c := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
+			defer c.Close()
+			other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+			a, actx := c.RWMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
+			b, bctx := c.RWMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
+			granted := time.Now()
+			require.NoError(t, a.Lock(actx))
+			first := a.Token(actx)
+			locked := make(chan error, 1)
+			go func() { locked <- b.Lock(bctx) }()
+			waitQueued(t, e, n, 1)
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			// Well into the lease, before its first renewal (a third of
+			// the timeout): a handoff that gave b a lease of its own would
+			// outlive the one in Redis by this much.
+			time.Sleep(time.Until(granted.Add(timeout / 4)))
+
+			proxy.Partition()
+			start := time.Now()
+			require.NoError(t, a.Unlock(actx), "a local handoff sends nothing")
+			require.NoError(t, <-locked)
+			require.Equal(t, first+1, b.Token(bctx), "not handed on locally")
+			hctx, stop := b.HoldContext(bctx)
+			defer stop()
+			told := endedAt(hctx)
+
+			o, octx := other.RWMutex(n), dlock.WithOwner(ctx, "o")
+			if read {
+				require.NoError(t, o.RLock(octx))
+			} else {
+				require.NoError(t, o.Lock(octx))
+			}
+			held := time.Now()
+			knew := told()
+			require.False(t, knew.IsZero(), "b was not told of its loss by the time another Client held")
+			t.Logf("partition at 0; b told at %v; the other Client held at %v", knew.Sub(start).Round(time.Millisecond), held.Sub(start).Round(time.Millisecond))
+			assert.True(t, knew.Before(held))
+			assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+			if !read {
+				assert.Greater(t, o.Token(octx), first+4, "the other Client's grant reused a reserved token")
+			}
+
+			proxy.Heal()
+			assert.ErrorIs(t, b.Unlock(bctx), dlock.ErrLost)
+			if read {
+				require.NoError(t, o.RUnlock(octx))
+			} else {
+				require.NoError(t, o.Unlock(octx))
+			}
+		})
+	}
 }
