@@ -918,9 +918,9 @@ func servedLocallyWithAPlace(t *testing.T, ctx context.Context, e *env, c *dlock
 func requireFreeSoon(t *testing.T, ctx context.Context, e *env, n string) {
 	t.Helper()
 	rdb := e.rdb()
-	require.Eventually(t, func() bool { // (a Mutex's or a ReentrantMutex's: 'o' names the holder)
+	require.Eventually(t, func() bool { // ('o' names the holder, or an RWMutex's writer; ':rl' its readers)
 		held, err := rdb.HExists(ctx, key(n), "o").Result()
-		return err == nil && !held && rdb.ZCard(ctx, key(n)+":mq").Val() == 0
+		return err == nil && !held && rdb.ZCard(ctx, key(n)+":mq").Val() == 0 && rdb.ZCard(ctx, key(n)+":rl").Val() == 0
 	}, time.Second, 5*time.Millisecond, "the lock is held, or a place queued, after the cohort ended: %v %v",
 		rdb.HGetAll(ctx, key(n)).Val(), rdb.ZRangeWithScores(ctx, key(n)+":mq", 0, -1).Val())
 }

@@ -101,19 +101,7 @@ func TestRWCohort_WritersExclude_TokensIncrease_LocalHandoffs(t *testing.T) {
 	for who, s := range served {
 		assert.Equal(t, rounds, s, "writer %d", who)
 	}
-	requireRWFreeSoon(t, e, n)
-}
-
-// requireRWFreeSoon asserts that nobody holds or waits for the RWMutex n.
-func requireRWFreeSoon(t *testing.T, e *env, n string) {
-	t.Helper()
-	rdb := e.rdb()
-	ctx := ctxTimeout(t, 5*time.Second)
-	require.Eventually(t, func() bool {
-		held, err := rdb.HExists(ctx, key(n), "o").Result()
-		return err == nil && !held && rdb.ZCard(ctx, key(n)+":rl").Val() == 0 && rdb.ZCard(ctx, key(n)+":mq").Val() == 0
-	}, time.Second, 5*time.Millisecond, "the RWMutex is held, or a place queued: %v %v",
-		rdb.HGetAll(ctx, key(n)).Val(), rdb.ZRangeWithScores(ctx, key(n)+":mq", 0, -1).Val())
+	requireFreeSoon(t, ctx, e, n)
 }
 
 // Writer a's last Unlock hands the write lock to writer b waiting on the
@@ -165,7 +153,7 @@ func TestRWCohort_LastUnlockHandsToAnotherWriterOfTheClient(t *testing.T) {
 			require.NoError(t, b.Unlock(bctx))
 			require.NoError(t, b.Unlock(bctx))
 			require.NoError(t, b.RUnlock(bctx))
-			requireRWFreeSoon(t, e, n)
+			requireFreeSoon(t, ctx, e, n)
 		})
 	}
 }
@@ -243,7 +231,7 @@ func TestRWCohort_ReaderElsewhere_ServedWhenTheCohortEnds(t *testing.T) {
 	}
 	t.Logf("order: %v", order)
 	assert.LessOrEqual(t, at, bound, "the reader waited past the cohort's bound: %v", order)
-	requireRWFreeSoon(t, e, n)
+	requireFreeSoon(t, ctx, e, n)
 }
 
 // An owner that writes and reads (it downgraded) does not hand the write
@@ -291,7 +279,7 @@ func TestRWCohort_OwnerThatReads_NoLocalHandoff(t *testing.T) {
 	require.NoError(t, b.RUnlock(bctx))
 	require.NoError(t, <-wrote)
 	require.NoError(t, a.Unlock(actx))
-	requireRWFreeSoon(t, e, n)
+	requireFreeSoon(t, ctx, e, n)
 }
 
 // A ForceUnlock by another Client tells the writer at once (rw_force.lua
@@ -325,7 +313,7 @@ func TestRWCohort_ForceUnlockElsewhere_WriterToldAtOnce(t *testing.T) {
 	}
 	assert.ErrorIs(t, a.Unlock(actx), dlock.ErrLost)
 	require.NoError(t, b.Unlock(bctx))
-	requireRWFreeSoon(t, e, n)
+	requireFreeSoon(t, ctx, e, n)
 }
 
 // Close while writers on the Client hand the lock to each other: every call
