@@ -84,39 +84,24 @@ if last and v[5] then
   end
 end
 --#include excl_common.lua
+--#include cohort_end.lua
 local bad
 v, bad = main_key(K, kind, 'o', 'n', 'f')
 if bad then
   return bad
 end
-local enqueue = 0
 if #ARGV >= 5 then
   bad = queue_keys(Q, QE)
   if bad then
     return bad
   end
-  local last = 6 + tonumber(ARGV[6])
-  for i = 7, last do
-    redis.call('ZREM', Q, ARGV[i])
-    redis.call('ZREM', QE, ARGV[i])
-  end
-  enqueue = last + 1
 end
+local enqueue = drop_served(Q, QE)
 if v[2] ~= id then
   return {-1, ''}
 end
-if enqueue > 0 and enqueue <= #ARGV then
-  local mark = tonumber(ARGV[5])
-  local s, us = now_parts()
-  local base = s * 1000000 + us
-  local now = s * 1000 + math.floor(us / 1000)
-  for i = enqueue, #ARGV do
-    redis.call('ZADD', Q, 'NX', string.format('%.0f', base + i - enqueue), ARGV[i])
-    redis.call('ZADD', QE, now + mark, ARGV[i])
-  end
+if queue_local(Q, QE, enqueue) then
   redis.call('HSET', K, 'q', '1')
-  extend(Q, mark)
-  extend(QE, mark)
 end
 if counted then
   local n = redis.call('HINCRBY', K, 'n', -1)

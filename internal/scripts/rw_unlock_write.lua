@@ -92,37 +92,18 @@ if v[1] == 'rwlock' and v[2] == id and (not counted or tonumber(v[3] or '1') <= 
   end
 end
 --#include rw_common.lua
+--#include cohort_end.lua
 local bad
 v, bad = rw_open(W, RL, RC, Q, QE, 'o', 'f')
 if bad then
   return bad
 end
-local enqueue = 0
-if #ARGV >= 5 then
-  local last = 6 + tonumber(ARGV[6])
-  for i = 7, last do
-    redis.call('ZREM', Q, ARGV[i])
-    redis.call('ZREM', QE, ARGV[i])
-  end
-  enqueue = last + 1
-end
+local enqueue = drop_served(Q, QE)
 if v[2] ~= id then
   return {-1, ''}
 end
 local now = now_ms()
-if enqueue > 0 and enqueue <= #ARGV then
-  -- The cohort's local waiters, in their order, behind those queued, and
-  -- so ahead of the caller should it lock again.
-  local mark = tonumber(ARGV[5])
-  local s, us = now_parts()
-  local base = s * 1000000 + us -- arrival, as enqueue (rw_common.lua) scores it
-  for i = enqueue, #ARGV do
-    redis.call('ZADD', Q, 'NX', string.format('%.0f', base + i - enqueue), ARGV[i])
-    redis.call('ZADD', QE, now + mark, ARGV[i])
-  end
-  extend(Q, mark)
-  extend(QE, mark)
-end
+queue_local(Q, QE, enqueue)
 if counted then
   local n = redis.call('HINCRBY', W, 'n', -1)
   if n > 0 then
