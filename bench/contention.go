@@ -110,14 +110,14 @@ func contEntries(masters []string) []contEntry {
 		},
 		{
 			prim: "ReentrantMutex", lib: "dlock",
-			settings: "one c.ReentrantMutex(name) handle per Client, shared by its goroutines; each goroutine calls it with its own owner (dlock.WithNewOwner once per goroutine)",
+			settings: "one c.ReentrantMutex(name) handle per Client, shared by its goroutines; each goroutine calls it with its own owner (dlock.WithNewOwner once per goroutine); defaults, so lock cohorting between the owners of a Client, as the Mutex's",
 			open: func(addr string, cnt *rtCounter) (contClient, error) {
 				return newDlockCont(addr, cnt, func(c *dlock.Client, key string) handle { return c.ReentrantMutex(key) }, true), nil
 			},
 		},
 		{
 			prim: "RWMutex (write)", lib: "dlock",
-			settings: "one c.RWMutex(name) handle per Client, shared by its goroutines, Lock/Unlock (the write side) only; each goroutine with its own owner (dlock.WithNewOwner)",
+			settings: "one c.RWMutex(name) handle per Client, shared by its goroutines, Lock/Unlock (the write side) only; each goroutine with its own owner (dlock.WithNewOwner); defaults, so lock cohorting between the writers of a Client, as the Mutex's",
 			open: func(addr string, cnt *rtCounter) (contClient, error) {
 				return newDlockCont(addr, cnt, func(c *dlock.Client, key string) handle { return c.RWMutex(key) }, true), nil
 			},
