@@ -282,3 +282,46 @@ func TestKinds_ReleasedLockName_FreeForEveryLockKind_TokensRising(t *testing.T) 
 	assert.False(t, st.Held())
 	assert.Equal(t, last, st.Token, "the last token, the election's")
 }
+
+// A reader that takes over a released lock of another kind carries its
+// highest token into the token memory: with that token far ahead of the
+// clock and the memory expired, the next writer's token is still above it.
+// And a take-over whose other keys are foreign changes nothing: the
+// released lock stays as it was.
+func TestKinds_RWMutexTakesOverAReleasedMutex_TokenCarried_ForeignKeysChangeNothing(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	c, rdb := e.client(e.rdb()), e.rdb()
+	for _, write := range []bool{false, true} {
+		n := name(t)
+		m := c.Mutex(n)
+		require.NoError(t, m.Lock(ctx))
+		require.NoError(t, m.Unlock(ctx))
+		last, err := rdb.HGet(ctx, key(n), "f").Uint64()
+		require.NoError(t, err)
+		ahead := last + uint64(time.Hour/time.Microsecond)
+		require.NoError(t, rdb.HSet(ctx, key(n), "f", ahead, "x", 0).Err())
+		require.NoError(t, rdb.Del(ctx, key(n)+":f").Err())
+
+		rw := c.RWMutex(n, dlock.WithHandleOwner())
+		require.NoError(t, rdb.Set(ctx, key(n)+":rc", "foreign", time.Minute).Err())
+		if write {
+			err = rw.Lock(ctx)
+		} else {
+			err = rw.RLock(ctx)
+		}
+		require.ErrorIs(t, err, dlock.ErrInvalid, "write %v", write)
+		assert.Equal(t, "mutex", rdb.HGet(ctx, key(n), "k").Val(), "write %v: the released Mutex was taken over all the same", write)
+		require.NoError(t, rdb.Del(ctx, key(n)+":rc").Err())
+
+		if write {
+			require.NoError(t, rw.Lock(ctx))
+		} else {
+			require.NoError(t, rw.RLock(ctx))
+			require.NoError(t, rw.RUnlock(ctx))
+			require.NoError(t, rw.Lock(ctx))
+		}
+		assert.Greater(t, rw.Token(ctx), ahead, "write %v: the taken-over lock's token was forgotten", write)
+		require.NoError(t, rw.Unlock(ctx))
+	}
+}

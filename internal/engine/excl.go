@@ -107,10 +107,12 @@ func (x *Excl) Try(ctx context.Context, waiter, id string, reserve int, ttl, mar
 		return wire.Try{}, err
 	}
 	r, err := wire.DecodeTry(res)
-	if err == nil && !r.Held && wire.ClientOf(r.Holder) == c.ID {
+	if err == nil && !r.Held && r.Token > 0 && wire.ClientOf(r.Holder) == c.ID {
 		// The holder may be a waiter of this Client that the script just
 		// handed the lock to, or one whose hand-over message is on its way:
-		// either way it holds the lock and is told so here.
+		// either way it holds the lock and is told so here. (Not a reader
+		// of an RWMutex, named without a token when only readers block a
+		// writer's try.)
 		x.handedTo(r.Holder, r.Token, r.Left)
 	}
 	return r, err

@@ -8,13 +8,16 @@
 -- ARGV[1]     the kind, as the engine sends it (unused)
 -- ARGV[2]     the waiter: '<lease>[+<reserve>]:<r|w><ID>'
 -- ARGV[3]     the Client's ID, for a grant message
--- ARGV[4]     unused (excl_cancel's counted flag)
+-- ARGV[4]     unused (excl_cancel's counted flag: a writer's hand-over is
+--             given up by ARGV[5] alone)
 -- ARGV[5]     a writer: the write holds its Client has recorded for the
 --             grant (absent: 0); a write hold of the grant that its Client
 --             has not recorded is a hand-over nobody took, given up here
 --
 -- Returns {0, owners, token, ttl}: the owners the lock went to ('' for
--- none), with the writer's token (or '') and their lease in ms.
+-- none), with the writer's token (or '') and their lease in ms. (Unlike
+-- excl_cancel, it answers 0 after giving a hand-over up too: no caller
+-- reads the code.)
 --#include rw_common.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, from = ARGV[2], ARGV[3]

@@ -18,22 +18,28 @@
 -- the blocking lease runs out, at least 1; 0 for none), the writer or '',
 -- '', 1 when this try queued the owner anew else 0}, queueing the owner
 -- when ARGV[3] > 0. A released lock of another lock kind is taken over
--- (take_over, lib.lua; F keeps its token memory). Keys of another kind
--- fail with DLOCK_KIND before anything changes.
+-- (take_over, lib.lua: its highest token goes to F, the token memory).
+-- Keys of another kind fail with DLOCK_KIND before anything changes.
 --#include rw_common.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local _, _, owner = parse_rw(waiter)
 local v, bad = main_key(W, 'rwlock', 'o')
+local aux = rw_keys(RL, RC, Q, QE) -- (before a take-over, which deletes W)
 if bad then
-  if not take_over(W, Q, nil) then
+  local carried = not aux and take_over(W, Q, nil)
+  if not carried then
     return bad
+  end
+  -- The taken-over lock's highest token goes to the token memory, which
+  -- the next write grant reads (W now holds none).
+  if carried > remembered_fence(F) then
+    redis.call('SET', F, string.format('%.0f', carried), 'PX', fence_memory)
   end
   v = {}
 end
-bad = rw_keys(RL, RC, Q, QE)
-if bad then
-  return bad
+if aux then
+  return aux
 end
 local s, us = now_parts()
 local now = s * 1000 + math.floor(us / 1000)

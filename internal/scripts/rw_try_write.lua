@@ -23,8 +23,9 @@
 -- it; re-entry keeps it and the lease). An owner that reads without
 -- writing gets DLOCK_UPGRADE: waiting for its own read hold to end would
 -- deadlock. Otherwise returns busy(ms until the earliest blocking lease
--- runs out, the blocking holder or '', '', 1 when this try queued the
--- waiter anew else 0), queueing it when ARGV[4] > 0. A released lock of
+-- runs out, the blocking holder or '' (the writer's grant, or a reader's
+-- owner), the writer's token or '', 1 when this try queued the waiter anew
+-- else 0), queueing it when ARGV[4] > 0. A released lock of
 -- another lock kind is taken over (take_over, lib.lua). Keys of another
 -- kind fail with DLOCK_KIND before anything changes.
 --#include rw_common.lua
@@ -32,17 +33,17 @@ local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEY
 local waiter, ttl, mark, from = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local id, reserve, owner = ARGV[7], tonumber(ARGV[8] or '0'), ARGV[10] or ''
 local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
+local aux = rw_keys(RL, RC, Q, QE) -- (before a take-over, which deletes W)
 local carried -- the token memory of a released lock of another kind
 if bad then
-  carried = take_over(W, Q, nil)
+  carried = not aux and take_over(W, Q, nil)
   if not carried then
     return bad
   end
   v = {}
 end
-bad = rw_keys(RL, RC, Q, QE)
-if bad then
-  return bad
+if aux then
+  return aux
 end
 local holder, fence = v[2], v[4]
 if holder == id then
@@ -82,12 +83,14 @@ local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
 end
-local left
+-- The holder, as excl_try names it: the writer, with its token (a reader,
+-- with none, when only readers block).
+local left, token = nil, ''
 if holder then
-  left = redis.call('PTTL', W)
+  left, token = redis.call('PTTL', W), redis.call('HGET', W, 'f')
 else
   local first = redis.call('ZRANGE', RL, 0, 0, 'WITHSCORES')
   left = first[2] and (tonumber(first[2]) - now)
   holder = first[1] or ''
 end
-return busy(left, holder, '', added)
+return busy(left, holder, token, added)
