@@ -421,3 +421,34 @@ func TestFault_RWCohort_PartitionedLocalHandoff_WriterToldBeforeAnotherClientHol
 		})
 	}
 }
+
+// An owner waiting to write and, in another call, to read: the read gives
+// up, and its place goes, although the owner's write call still waits (it
+// has a place of its own). Once, the read's place stayed, the writer's
+// release handed it the read, and the owner's Lock then failed with
+// ErrUpgrade, having never read.
+func TestRWMutex_ReadGivesUpWhileItsOwnerWaitsToWrite_ItsPlaceGoes(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c, other := e.client(e.rdb()), e.client(e.rdb())
+	x, xctx := other.RWMutex(n), dlock.WithOwner(ctx, "x")
+	require.NoError(t, x.Lock(xctx))
+	b, bctx := c.RWMutex(n), dlock.WithOwner(ctx, "b")
+	wrote := make(chan error, 1)
+	go func() { wrote <- b.Lock(bctx) }()
+	waitQueued(t, e, n, 1)
+	rctx, cancel := context.WithTimeout(bctx, 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, b.RLock(rctx), dlock.ErrNotObtained)
+	assert.Len(t, e.rdb().ZRange(ctx, key(n)+":mq", 0, -1).Val(), 1, "the read's place stayed")
+	require.NoError(t, x.Unlock(xctx))
+	select {
+	case err := <-wrote:
+		require.NoError(t, err, "b never read, yet its Lock failed")
+	case <-time.After(5 * time.Second):
+		t.Fatal("b's Lock did not return")
+	}
+	require.NoError(t, b.Unlock(bctx))
+	requireFreeSoon(t, ctx, e, n)
+}

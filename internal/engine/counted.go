@@ -129,11 +129,13 @@ func (k *Counted) keep(a *Acquisition, count int64, token uint64) error {
 func (k *Counted) GiveBack(a *Acquisition) { _, _ = k.Ops.ReleaseScript(a.NC, k.Owner) }
 
 // Leave withdraws a waiting owner from the queue, unless another call of the
-// same owner on this Core still waits there: they share the owner's place.
-// A hand-over to the owner that no call of it took passes on.
+// same owner on this Core still waits there as the same kind of waiter:
+// they share the owner's place. (The owner's writers waiting do not: each
+// has a place of its own.) A hand-over to the owner that no call of it took
+// passes on.
 func (k *Counted) Leave(a *Acquisition) {
 	c := k.H.C
-	if c.Waits.HasOwner(k.H.Channel, k.Owner) {
+	if c.Waits.HasOwner(k.H.Channel, k.Owner, a.As.Kind) {
 		return
 	}
 	if !k.gated { // Refused calls Leave from within Try, which holds the gate

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/wire"
 )
@@ -37,6 +38,8 @@ type exclScripts struct {
 var (
 	exclLock = &exclScripts{try: scripts.ExclTry, unlock: scripts.ExclUnlock, cancel: scripts.ExclCancel,
 		state: scripts.ExclState, force: scripts.ExclForce, stateKeys: 3, queue: 1, mark: 2, waiter: wire.ExclWaiter}
+	// (No force script: an RWMutex's ForceUnlock, of writer and readers
+	// alike, runs rw_force itself.)
 	exclRWWrite = &exclScripts{try: scripts.RWTryWrite, unlock: scripts.RWUnlockWrite, cancel: scripts.RWCancel,
 		state: scripts.RWState, stateKeys: 5, queue: 3, mark: 4, waiter: wire.RWWriter}
 )
@@ -216,6 +219,9 @@ func (x *Excl) State(ctx context.Context) (ExclState, error) {
 // held. lose reports the holds of this Client on it lost; holders elsewhere
 // learn at their next renewal.
 func (x *Excl) ForceUnlock(ctx context.Context, spanName string, lose func(cause error)) (bool, error) {
+	if x.s.force == nil {
+		return false, errs.Op("forceunlock", x.h.Name, "not an exclusive lock's", errs.ErrInvalid)
+	}
 	return x.h.ForceUnlock(ctx, spanName, func(ctx context.Context) ([]any, error) {
 		return x.h.C.Script(ctx, x.s.force, x.keys, x.h.Kind, x.h.C.ID, x.counted).Slice()
 	}, lose)

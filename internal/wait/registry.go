@@ -271,13 +271,15 @@ func (r *Registry) Retimed(w *Waiter) time.Time {
 	return w.retimeAt
 }
 
-// HasOwner reports whether channel has a local waiter acquiring for owner.
-func (r *Registry) HasOwner(channel, owner string) bool {
+// HasOwner reports whether channel has a local waiter acquiring for owner
+// as a waiter of kind (an RWMutex's readers share their owner's place; its
+// writers, each with a grant of its own, do not share theirs).
+func (r *Registry) HasOwner(channel, owner string, kind byte) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if q := r.queues[channel]; q != nil {
 		for w := q.head; w != nil; w = w.next {
-			if w.owner == owner {
+			if w.owner == owner && w.kind == kind {
 				return true
 			}
 		}
