@@ -77,8 +77,7 @@ func (r *Registry) Has(channel string) bool {
 
 // Join appends a waiter to channel's queue.
 func (r *Registry) Join(channel string, as As) (w *Waiter, err error) {
-	w = &Waiter{wake: make(chan Reason, 1), channel: channel, kind: as.Kind, id: as.ID, owner: as.Owner, cohort: as.Cohort, place: as.Place, local: as.Local,
-		handed: as.Handed != nil}
+	w = &Waiter{wake: make(chan Reason, 1), channel: channel, kind: as.Kind, id: as.ID, owner: as.Owner, cohort: as.Cohort, place: as.Place, local: as.Local}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -202,28 +201,9 @@ func (r *Registry) Wake(channel string, spec wire.Wake, why Reason) int {
 				woke++
 				continue
 			}
-			// A lock handed to an owner wakes the owner's waiters. When the
-			// owner has one waiter here and it takes hand-overs (a writer:
-			// a reader's hand-over has no token), it takes this one from
-			// the message; otherwise they claim it or re-enter with a try.
-			// Waiters of one owner share one place in the queue, which
-			// marks of different leases may have renewed last, so only a
-			// lone waiter knows the hand-over's lease from its own mark.
+			// A lock handed to an owner (an RWMutex's readers, unclaimed)
+			// wakes the owner's waiters, which claim it with a try.
 			if q := r.queues[channel]; q != nil && why == WakeHanded {
-				var lone *Waiter
-				n := 0
-				for w := q.head; w != nil; w = w.next {
-					if w.owner == id {
-						lone = w
-						n++
-					}
-				}
-				if n == 1 && lone.handed && spec.Fence > 0 {
-					lone.fence = spec.Fence
-					lone.signal(WakeHanded)
-					woke++
-					continue
-				}
 				for w := q.head; w != nil; w = w.next {
 					if w.owner == id {
 						w.signal(WakeLocal)

@@ -60,7 +60,6 @@ type Waiter struct {
 	id         string      // optional: the ID a release message may name
 	owner      string      // optional: the owner of a counted hold it waits for
 	ownerHolds bool        // Took since its last try: its owner holds now; guarded by waitRegistry.mu
-	handed     bool        // it takes a hand-over from the message (As.Handed)
 	fence      uint64      // the token of the latest hand-over it was woken for; guarded by waitRegistry.mu
 	retimeAt   time.Time   // when the lease of the hold the lock was last handed to ends; guarded by waitRegistry.mu
 	cohort     Cohort      // a waiter of a cohorting Mutex: its handle
