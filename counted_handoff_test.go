@@ -16,25 +16,43 @@ import (
 	"github.com/dlock-go/dlock"
 )
 
-// Counted locks (ReentrantMutex, RWMutex writers) are handed over claimed,
-// as the Mutex is: the release makes the first waiter's owner the holder
-// with count 1, and the waiter holds from the release message alone.
+// Counted locks (ReentrantMutex, RWMutex writers) run on the Mutex's
+// engine: each acquisition a grant of its own ID, handed over claimed (the
+// release makes the first waiter the holder with count 1, and the waiter
+// holds from the release message alone), and handed between the owners of
+// one Client locally (lock cohorting).
 
 // countedLock is the write side of a ReentrantMutex or an RWMutex.
 type countedLock interface {
 	Lock(ctx context.Context) error
 	Unlock(ctx context.Context) error
 	Token(ctx context.Context) uint64
+	Lost(ctx context.Context) <-chan struct{}
+	HoldContext(ctx context.Context) (context.Context, context.CancelFunc)
+	ForceUnlock(ctx context.Context) (bool, error)
 }
 
 type countedKind struct {
 	name string
-	open func(c *dlock.Client, n string) countedLock
+	with func(c *dlock.Client, n string, opts ...dlock.LockOption) countedLock
+	// confirmed reports whether c's pub/sub connection has a confirmed
+	// subscription to l's channel.
+	confirmed func(c *dlock.Client, l countedLock) bool
 }
 
+func (k countedKind) open(c *dlock.Client, n string) countedLock { return k.with(c, n) }
+
 var countedKinds = []countedKind{
-	{"ReentrantMutex", func(c *dlock.Client, n string) countedLock { return c.ReentrantMutex(n) }},
-	{"RWMutex", func(c *dlock.Client, n string) countedLock { return c.RWMutex(n) }},
+	{"ReentrantMutex",
+		func(c *dlock.Client, n string, opts ...dlock.LockOption) countedLock {
+			return c.ReentrantMutex(n, opts...)
+		},
+		func(c *dlock.Client, l countedLock) bool {
+			return dlock.ReentrantChannelConfirmed(c, l.(*dlock.ReentrantMutex))
+		}},
+	{"RWMutex",
+		func(c *dlock.Client, n string, opts ...dlock.LockOption) countedLock { return c.RWMutex(n, opts...) },
+		func(c *dlock.Client, l countedLock) bool { return dlock.RWChannelConfirmed(c, l.(*dlock.RWMutex)) }},
 }
 
 // countedHolder returns the owner ID holding the write side of lock n and

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,6 +21,7 @@ import (
 // The ReentrantMutex runs on the Mutex engine (internal/engine's
 // reentrant.go): each Redis grant is a grant of its own, which the last
 // Unlock of its owner hands to another owner waiting on the same Client.
+// An RWMutex's writers run on it too: TestCountedCohort_* run both kinds.
 
 // Four Clients, four owners on each (one per goroutine), each re-entering
 // once per hold: an exact counter, one token per hold (re-entry keeps it)
@@ -195,90 +197,111 @@ func TestReentrantMutex_ConcurrentCallsOfOneOwner_ReenterTheFirstGrant(t *testin
 // A ForceUnlock on another Client reaches an owner whose Client has another
 // owner waiting (and so hears the force's notice) at once, not at its next
 // renewal, and the waiter is served by a new grant, not by a local handoff
-// of the forced one.
-func TestReentrantCohort_ForceUnlockElsewhere_OwnerToldAtOnce(t *testing.T) {
-	e := realEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	c := e.client(e.rdb())
-	a, actx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
-	require.NoError(t, a.Lock(actx))
-	first, lost := a.Token(actx), a.Lost(actx)
-	b, bctx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
-	got := make(chan uint64, 1)
-	go func() {
-		assert.NoError(t, b.Lock(bctx))
-		got <- b.Token(bctx)
-	}()
-	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
-	// The notice reaches a Client subscribed to the lock's channel.
-	require.Eventually(t, func() bool { return dlock.ReentrantChannelConfirmed(c, b) }, 5*time.Second, time.Millisecond)
-	released, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
-	require.NoError(t, err)
-	require.True(t, released)
-	within(t, lost, time.Second, "the owner's loss")
-	select {
-	case token := <-got:
-		assert.Greater(t, token, first+4, "the forced hold was handed on locally, or its reserved tokens reused")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting owner was not served after the force")
+// of the forced one. (An RWMutex's rw_force names the write grant it took,
+// as excl_force does.)
+func TestCountedCohort_ForceUnlockElsewhere_OwnerToldAtOnce(t *testing.T) {
+	for _, k := range countedKinds {
+		t.Run(k.name, func(t *testing.T) {
+			e := realEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			c := e.client(e.rdb())
+			a, actx := k.with(c, n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
+			require.NoError(t, a.Lock(actx))
+			first, lost := a.Token(actx), a.Lost(actx)
+			b, bctx := k.with(c, n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
+			got := make(chan uint64, 1)
+			go func() {
+				assert.NoError(t, b.Lock(bctx))
+				got <- b.Token(bctx)
+			}()
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			// The notice reaches a Client subscribed to the lock's channel.
+			require.Eventually(t, func() bool { return k.confirmed(c, b) }, 5*time.Second, time.Millisecond)
+			released, err := k.open(e.client(e.rdb()), n).ForceUnlock(ctx)
+			require.NoError(t, err)
+			require.True(t, released)
+			within(t, lost, time.Second, "the owner's loss")
+			select {
+			case token := <-got:
+				assert.Greater(t, token, first+4, "the forced hold was handed on locally, or its reserved tokens reused")
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiting owner was not served after the force")
+			}
+			assert.ErrorIs(t, a.Unlock(actx), dlock.ErrLost)
+			require.NoError(t, b.Unlock(bctx))
+			requireFreeSoon(t, ctx, e, n)
+		})
 	}
-	assert.ErrorIs(t, a.Unlock(actx), dlock.ErrLost)
-	require.NoError(t, b.Unlock(bctx))
-	requireFreeSoon(t, ctx, e, n)
 }
 
 // A partitioned Client whose owner a hands its hold to owner b locally (no
 // round trip, so the partition does not stop it): b's hold ends with the
 // Redis lease it inherited, and b learns of its loss before an owner on
-// another Client holds the lock.
-func TestFault_ReentrantCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherClientHolds(t *testing.T) {
+// another Client holds the lock (an RWMutex's: a writer, or a reader).
+func TestFault_CountedCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherClientHolds(t *testing.T) {
 	long(t)
-	e := realEnv(t)
-	const timeout = time.Second
-	ctx := ctxTimeout(t, 20*time.Second)
-	n := name(t)
-	rdb, proxy := e.proxied()
-	c := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
-	defer c.Close()
-	other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
-	a, actx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
-	b, bctx := c.ReentrantMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
-	granted := time.Now()
-	require.NoError(t, a.Lock(actx))
-	first := a.Token(actx)
-	locked := make(chan error, 1)
-	go func() { locked <- b.Lock(bctx) }()
-	waitQueued(t, e, n, 1)
-	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return dlock.ReentrantChannelConfirmed(c, b) }, 5*time.Second, time.Millisecond)
-	// Well into the lease, before its first renewal (a third of the
-	// timeout): a handoff that gave b a lease of its own would outlive the
-	// one in Redis by this much.
-	time.Sleep(time.Until(granted.Add(timeout / 4)))
+	type run struct {
+		countedKind
+		read bool // the other Client's owner reads
+	}
+	for _, r := range []run{{countedKinds[0], false}, {countedKinds[1], false}, {countedKinds[1], true}} {
+		t.Run(fmt.Sprintf("%s, read %v", r.name, r.read), func(t *testing.T) {
+			e := realEnv(t)
+			const timeout = time.Second
+			ctx := ctxTimeout(t, 20*time.Second)
+			n := name(t)
+			rdb, proxy := e.proxied()
+			c := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
+			defer c.Close()
+			other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+			a, actx := r.with(c, n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
+			b, bctx := r.with(c, n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
+			granted := time.Now()
+			require.NoError(t, a.Lock(actx))
+			first := a.Token(actx)
+			locked := make(chan error, 1)
+			go func() { locked <- b.Lock(bctx) }()
+			waitQueued(t, e, n, 1)
+			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			// Well into the lease, before its first renewal (a third of
+			// the timeout): a handoff that gave b a lease of its own would
+			// outlive the one in Redis by this much.
+			time.Sleep(time.Until(granted.Add(timeout / 4)))
 
-	proxy.Partition()
-	start := time.Now()
-	require.NoError(t, a.Unlock(actx), "a local handoff sends nothing")
-	require.NoError(t, <-locked)
-	require.Equal(t, first+1, b.Token(bctx), "not handed on locally")
-	hctx, stop := b.HoldContext(bctx)
-	defer stop()
-	told := endedAt(hctx)
+			proxy.Partition()
+			start := time.Now()
+			require.NoError(t, a.Unlock(actx), "a local handoff sends nothing")
+			require.NoError(t, <-locked)
+			require.Equal(t, first+1, b.Token(bctx), "not handed on locally")
+			hctx, stop := b.HoldContext(bctx)
+			defer stop()
+			told := endedAt(hctx)
 
-	o, octx := other.ReentrantMutex(n), dlock.WithOwner(ctx, "o")
-	require.NoError(t, o.Lock(octx))
-	held := time.Now()
-	knew := told()
-	require.False(t, knew.IsZero(), "b was not told of its loss by the time another Client held")
-	t.Logf("partition at 0; b told at %v; the other Client held at %v", knew.Sub(start).Round(time.Millisecond), held.Sub(start).Round(time.Millisecond))
-	assert.True(t, knew.Before(held))
-	assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
-	assert.Greater(t, o.Token(octx), first+4, "the other Client's grant reused a reserved token")
+			octx := dlock.WithOwner(ctx, "o")
+			o, rw := r.open(other, n), other.RWMutex(n)
+			if r.read {
+				require.NoError(t, rw.RLock(octx))
+			} else {
+				require.NoError(t, o.Lock(octx))
+			}
+			held := time.Now()
+			knew := told()
+			require.False(t, knew.IsZero(), "b was not told of its loss by the time another Client held")
+			t.Logf("partition at 0; b told at %v; the other Client held at %v", knew.Sub(start).Round(time.Millisecond), held.Sub(start).Round(time.Millisecond))
+			assert.True(t, knew.Before(held))
+			assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
 
-	proxy.Heal()
-	assert.ErrorIs(t, b.Unlock(bctx), dlock.ErrLost)
-	require.NoError(t, o.Unlock(octx))
+			proxy.Heal()
+			assert.ErrorIs(t, b.Unlock(bctx), dlock.ErrLost)
+			if r.read {
+				require.NoError(t, rw.RUnlock(octx))
+			} else {
+				assert.Greater(t, o.Token(octx), first+4, "the other Client's grant reused a reserved token")
+				require.NoError(t, o.Unlock(octx))
+			}
+		})
+	}
 }
 
 // Redis counts one hold more than the owner has (as after a re-entry whose
@@ -390,49 +413,54 @@ func TestReentrantCohort_CohortEndQueuesAnOwnersSecondCall_ItReentersAndLeaves(t
 	}
 }
 
-// Close while owners on the Client hand the lock to each other: every call
-// returns, and no goroutine is left behind.
-func TestReentrantCohort_CloseLeaksNothing(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	ignore := goleak.IgnoreCurrent()
-	c := dlock.New(e.rdb())
-	r := c.ReentrantMutex(n, dlock.WithCohort(0, 0))
-	var wg sync.WaitGroup
-	var holds atomic.Int64
-	for range 4 {
-		octx := dlock.WithNewOwner(ctx)
-		wg.Go(func() {
-			for {
-				if err := r.Lock(octx); err != nil {
-					if !errors.Is(err, dlock.ErrClosed) {
-						t.Error(err)
+// Close while owners on the Client hand the lock to each other, each
+// re-entering once per hold: every call returns, and no goroutine is left
+// behind.
+func TestCountedCohort_CloseLeaksNothing(t *testing.T) {
+	for _, k := range countedKinds {
+		t.Run(k.name, func(t *testing.T) {
+			e := sharedEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			ignore := goleak.IgnoreCurrent()
+			c := dlock.New(e.rdb())
+			r := k.with(c, n, dlock.WithCohort(0, 0))
+			var wg sync.WaitGroup
+			var holds atomic.Int64
+			for range 4 {
+				octx := dlock.WithNewOwner(ctx)
+				wg.Go(func() {
+					for {
+						if err := r.Lock(octx); err != nil {
+							if !errors.Is(err, dlock.ErrClosed) {
+								t.Error(err)
+							}
+							return
+						}
+						holds.Add(1)
+						if err := r.Lock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) {
+							t.Error(err)
+						}
+						time.Sleep(200 * time.Microsecond)
+						for range 2 {
+							if err := r.Unlock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLost) {
+								t.Error(err)
+							}
+						}
 					}
-					return
-				}
-				holds.Add(1)
-				if err := r.Lock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) {
-					t.Error(err)
-				}
-				time.Sleep(200 * time.Microsecond)
-				for range 2 {
-					if err := r.Unlock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLost) {
-						t.Error(err)
-					}
-				}
+				})
 			}
+			time.Sleep(100 * time.Millisecond)
+			require.NoError(t, c.Close())
+			wg.Wait()
+			require.Positive(t, holds.Load())
+			goleak.VerifyNone(t, ignore,
+				goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
+				goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
+			_, err := k.open(e.client(e.rdb()), n).ForceUnlock(ctx)
+			require.NoError(t, err)
 		})
 	}
-	time.Sleep(100 * time.Millisecond)
-	require.NoError(t, c.Close())
-	wg.Wait()
-	require.Positive(t, holds.Load())
-	goleak.VerifyNone(t, ignore,
-		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
-	_, err := e.client(e.rdb()).ReentrantMutex(n).ForceUnlock(ctx)
-	require.NoError(t, err)
 }
 
 // A re-entry is one round trip, also in a running cohort while other owners

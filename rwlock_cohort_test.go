@@ -2,7 +2,6 @@ package dlock_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/dlock-go/dlock"
 )
@@ -18,7 +16,9 @@ import (
 // An RWMutex's writers run on the ReentrantMutex's engine (internal/engine's
 // reentrant.go, over the rw_*.lua scripts): Redis names a write hold by its
 // grant ID, and an owner's last Unlock hands the write hold to a writer of
-// the same Client without a round trip, within the cohort's bounds.
+// the same Client without a round trip, within the cohort's bounds. The
+// tests both kinds share (a ForceUnlock elsewhere, Close, a partition) are
+// TestCountedCohort_* in reentrant_cohort_test.go.
 
 // Four Clients, four writers on each (one owner per goroutine), each
 // re-entering once per hold, and a reader per Client: an exact counter, no
@@ -280,146 +280,6 @@ func TestRWCohort_OwnerThatReads_NoLocalHandoff(t *testing.T) {
 	require.NoError(t, <-wrote)
 	require.NoError(t, a.Unlock(actx))
 	requireFreeSoon(t, ctx, e, n)
-}
-
-// A ForceUnlock by another Client tells the writer at once (rw_force.lua
-// publishes the grant it took), and its hold is not handed on locally: the
-// writer waiting on its Client gets a grant of its own from Redis.
-func TestRWCohort_ForceUnlockElsewhere_WriterToldAtOnce(t *testing.T) {
-	e := realEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	c := e.client(e.rdb())
-	a, actx := c.RWMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
-	require.NoError(t, a.Lock(actx))
-	first, lost := a.Token(actx), a.Lost(actx)
-	b, bctx := c.RWMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
-	got := make(chan uint64, 1)
-	go func() {
-		assert.NoError(t, b.Lock(bctx))
-		got <- b.Token(bctx)
-	}()
-	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
-	require.Eventually(t, func() bool { return dlock.RWChannelConfirmed(c, b) }, 5*time.Second, time.Millisecond)
-	released, err := e.client(e.rdb()).RWMutex(n).ForceUnlock(ctx)
-	require.NoError(t, err)
-	require.True(t, released)
-	within(t, lost, time.Second, "the writer's loss")
-	select {
-	case token := <-got:
-		assert.Greater(t, token, first+4, "the forced hold was handed on locally, or its reserved tokens reused")
-	case <-time.After(5 * time.Second):
-		t.Fatal("the waiting writer was not served after the force")
-	}
-	assert.ErrorIs(t, a.Unlock(actx), dlock.ErrLost)
-	require.NoError(t, b.Unlock(bctx))
-	requireFreeSoon(t, ctx, e, n)
-}
-
-// Close while writers on the Client hand the lock to each other: every call
-// returns, and no goroutine is left behind.
-func TestRWCohort_CloseLeaksNothing(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	ignore := goleak.IgnoreCurrent()
-	c := dlock.New(e.rdb())
-	rw := c.RWMutex(n, dlock.WithCohort(0, 0))
-	var wg sync.WaitGroup
-	var holds atomic.Int64
-	for range 4 {
-		octx := dlock.WithNewOwner(ctx)
-		wg.Go(func() {
-			for {
-				if err := rw.Lock(octx); err != nil {
-					if !errors.Is(err, dlock.ErrClosed) {
-						t.Error(err)
-					}
-					return
-				}
-				holds.Add(1)
-				time.Sleep(200 * time.Microsecond)
-				if err := rw.Unlock(octx); err != nil && !errors.Is(err, dlock.ErrClosed) && !errors.Is(err, dlock.ErrLost) {
-					t.Error(err)
-				}
-			}
-		})
-	}
-	time.Sleep(100 * time.Millisecond)
-	require.NoError(t, c.Close())
-	wg.Wait()
-	require.Positive(t, holds.Load())
-	goleak.VerifyNone(t, ignore,
-		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
-		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
-	_, err := e.client(e.rdb()).RWMutex(n).ForceUnlock(ctx)
-	require.NoError(t, err)
-}
-
-// A partitioned Client whose writer a hands its hold to writer b locally
-// (no round trip, so the partition does not stop it): b's hold ends with
-// the Redis lease it inherited, and b learns of its loss before a reader,
-// or a writer, on another Client holds the lock.
-func TestFault_RWCohort_PartitionedLocalHandoff_WriterToldBeforeAnotherClientHolds(t *testing.T) {
-	long(t)
-	for _, read := range []bool{false, true} {
-		t.Run(map[bool]string{false: "writer elsewhere", true: "reader elsewhere"}[read], func(t *testing.T) {
-			e := realEnv(t)
-			const timeout = time.Second
-			ctx := ctxTimeout(t, 20*time.Second)
-			n := name(t)
-			rdb, proxy := e.proxied()
-			c := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
-			defer c.Close()
-			other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
-			a, actx := c.RWMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "a")
-			b, bctx := c.RWMutex(n, dlock.WithCohort(4, time.Minute)), dlock.WithOwner(ctx, "b")
-			granted := time.Now()
-			require.NoError(t, a.Lock(actx))
-			first := a.Token(actx)
-			locked := make(chan error, 1)
-			go func() { locked <- b.Lock(bctx) }()
-			waitQueued(t, e, n, 1)
-			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
-			// Well into the lease, before its first renewal (a third of
-			// the timeout): a handoff that gave b a lease of its own would
-			// outlive the one in Redis by this much.
-			time.Sleep(time.Until(granted.Add(timeout / 4)))
-
-			proxy.Partition()
-			start := time.Now()
-			require.NoError(t, a.Unlock(actx), "a local handoff sends nothing")
-			require.NoError(t, <-locked)
-			require.Equal(t, first+1, b.Token(bctx), "not handed on locally")
-			hctx, stop := b.HoldContext(bctx)
-			defer stop()
-			told := endedAt(hctx)
-
-			o, octx := other.RWMutex(n), dlock.WithOwner(ctx, "o")
-			if read {
-				require.NoError(t, o.RLock(octx))
-			} else {
-				require.NoError(t, o.Lock(octx))
-			}
-			held := time.Now()
-			knew := told()
-			require.False(t, knew.IsZero(), "b was not told of its loss by the time another Client held")
-			t.Logf("partition at 0; b told at %v; the other Client held at %v", knew.Sub(start).Round(time.Millisecond), held.Sub(start).Round(time.Millisecond))
-			assert.True(t, knew.Before(held))
-			assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
-			if !read {
-				assert.Greater(t, o.Token(octx), first+4, "the other Client's grant reused a reserved token")
-			}
-
-			proxy.Heal()
-			assert.ErrorIs(t, b.Unlock(bctx), dlock.ErrLost)
-			if read {
-				require.NoError(t, o.RUnlock(octx))
-			} else {
-				require.NoError(t, o.Unlock(octx))
-			}
-		})
-	}
 }
 
 // An owner waiting to write and, in another call, to read: the read gives
