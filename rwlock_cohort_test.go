@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -310,5 +311,59 @@ func TestRWMutex_ReadGivesUpWhileItsOwnerWaitsToWrite_ItsPlaceGoes(t *testing.T)
 		t.Fatal("b's Lock did not return")
 	}
 	require.NoError(t, b.Unlock(bctx))
+	requireFreeSoon(t, ctx, e, n)
+}
+
+// A read handed to an owner and not claimed yet (read count 0, as a
+// writer's release leaves it for every reader queued) is no read hold: the
+// owner's write try waits behind it rather than failing with ErrUpgrade,
+// since the owner's read call may still give it up. A claimed read (count
+// 1) makes the write try fail with ErrUpgrade.
+func TestRWMutex_ReadHandedNotClaimed_WriteWaitsNotUpgrade(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	c, rdb := e.client(e.rdb()), e.rdb()
+	b, bctx := c.RWMutex(n), dlock.WithOwner(ctx, "b")
+	owner := c.ID() + ".o.b"
+	now, err := rdb.Time(ctx).Result()
+	require.NoError(t, err)
+	require.NoError(t, rdb.HSet(ctx, key(n), "k", "rwlock").Err())
+	require.NoError(t, rdb.ZAdd(ctx, key(n)+":rl", redis.Z{Score: float64(now.Add(10 * time.Second).UnixMilli()), Member: owner}).Err())
+	require.NoError(t, rdb.HSet(ctx, key(n)+":rc", owner, 0).Err())
+	ok, err := b.TryLock(bctx)
+	require.NoError(t, err, "an unclaimed read handed to the owner made its write try an upgrade")
+	assert.False(t, ok, "a writer held beside a reader")
+	require.NoError(t, rdb.HSet(ctx, key(n)+":rc", owner, 1).Err())
+	_, err = b.TryLock(bctx)
+	require.ErrorIs(t, err, dlock.ErrUpgrade)
+	require.NoError(t, rdb.Del(ctx, key(n), key(n)+":rl", key(n)+":rc").Err())
+}
+
+// Two read calls of one owner share its place: one gives up, the place
+// stays for the other, which reads once the writer leaves.
+func TestRWMutex_TwoReadCallsOfOneOwner_OneGivesUp_ThePlaceStays(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c, other := e.client(e.rdb()), e.client(e.rdb())
+	x, xctx := other.RWMutex(n), dlock.WithOwner(ctx, "x")
+	require.NoError(t, x.Lock(xctx))
+	b, bctx := c.RWMutex(n), dlock.WithOwner(ctx, "b")
+	read := make(chan error, 1)
+	go func() { read <- b.RLock(bctx) }()
+	waitQueued(t, e, n, 1)
+	rctx, cancel := context.WithTimeout(bctx, 200*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, b.RLock(rctx), dlock.ErrNotObtained)
+	assert.Len(t, e.rdb().ZRange(ctx, key(n)+":mq", 0, -1).Val(), 1, "the shared place went")
+	require.NoError(t, x.Unlock(xctx))
+	select {
+	case err := <-read:
+		require.NoError(t, err)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the other read call was not served")
+	}
+	require.NoError(t, b.RUnlock(bctx))
 	requireFreeSoon(t, ctx, e, n)
 }

@@ -18,7 +18,7 @@
 -- the blocking lease runs out, at least 1; 0 for none), the writer or '',
 -- '', 1 when this try queued the owner anew else 0}, queueing the owner
 -- when ARGV[3] > 0. A released lock of another lock kind is taken over
--- (take_over, lib.lua: its highest token goes to F, the token memory).
+-- (take_over, lib.lua: its highest token stays in W and F).
 -- Keys of another kind fail with DLOCK_KIND before anything changes.
 --#include rw_common.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
@@ -31,10 +31,14 @@ if bad then
   if not carried then
     return bad
   end
-  -- The taken-over lock's highest token goes to the token memory, which
-  -- the next write grant reads (W now holds none).
+  -- The taken-over lock's highest token stays: in W, which keeps it for as
+  -- long as any reader holds (keep_kind), as a writer's release leaves it,
+  -- and in the token memory, which outlives W.
+  local fs = string.format('%.0f', carried)
+  redis.call('HSET', W, 'k', 'rwlock', 'f', fs)
+  redis.call('PEXPIRE', W, fence_memory)
   if carried > remembered_fence(F) then
-    redis.call('SET', F, string.format('%.0f', carried), 'PX', fence_memory)
+    redis.call('SET', F, fs, 'PX', fence_memory)
   end
   v = {}
 end

@@ -21,8 +21,8 @@
 -- Returns held(count, token) (lib.lua) when the grant holds the write lock
 -- (a new hold gets a new fencing token, with ARGV[8] more reserved after
 -- it; re-entry keeps it and the lease). An owner that reads without
--- writing gets DLOCK_UPGRADE: waiting for its own read hold to end would
--- deadlock. Otherwise returns busy(ms until the earliest blocking lease
+-- writing (a claimed read hold) gets DLOCK_UPGRADE: waiting for its own
+-- read hold to end would deadlock. Otherwise returns busy(ms until the earliest blocking lease
 -- runs out, the blocking holder or '' (the writer's grant, or a reader's
 -- owner), the writer's token or '', 1 when this try queued the waiter anew
 -- else 0), queueing it when ARGV[4] > 0. A released lock of
@@ -57,7 +57,10 @@ end
 local s, us = now_parts()
 local now = s * 1000 + math.floor(us / 1000)
 purge(RL, RC, Q, QE, now)
-if owner ~= '' and redis.call('HEXISTS', RC, owner) == 1 then
+-- (A read handed to the owner and not claimed yet, count 0, is no read
+-- hold: the owner's read call may still give it up. The writer waits
+-- behind it meanwhile, as behind any reader.)
+if owner ~= '' and tonumber(redis.call('HGET', RC, owner) or '0') >= 1 then
   return redis.error_reply('DLOCK_UPGRADE the owner holds a read lock')
 end
 if not holder and redis.call('ZCARD', RL) == 0 then

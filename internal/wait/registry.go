@@ -202,10 +202,11 @@ func (r *Registry) Wake(channel string, spec wire.Wake, why Reason) int {
 				continue
 			}
 			// A lock handed to an owner (an RWMutex's readers, unclaimed)
-			// wakes the owner's waiters, which claim it with a try.
+			// wakes the owner's read calls, which claim it with a try.
+			// (Its write calls each have a grant ID of their own.)
 			if q := r.queues[channel]; q != nil && why == WakeHanded {
 				for w := q.head; w != nil; w = w.next {
-					if w.owner == id {
+					if w.owner == id && w.kind == wire.KindReader {
 						w.signal(WakeLocal)
 						woke++
 					}

@@ -167,16 +167,19 @@ func TestWaitRegistry_WakeByIDWithoutTokenKeepsTheHandedToken(t *testing.T) {
 func TestWaitRegistry_HandedToOwner_ItsWaitersClaimIt(t *testing.T) {
 	var r Registry
 	r.init()
-	a1, _ := r.Join("ch", As{Owner: "c.o.a"})
-	a2, _ := r.Join("ch", As{Owner: "c.o.a"})
-	other, _ := r.Join("ch", As{Owner: "c.o.z"})
+	a1, _ := r.Join("ch", As{Owner: "c.o.a", Kind: wire.KindReader})
+	a2, _ := r.Join("ch", As{Owner: "c.o.a", Kind: wire.KindReader})
+	aw, _ := r.Join("ch", As{ID: "c.g1", Owner: "c.o.a", Kind: wire.KindWriter})
+	other, _ := r.Join("ch", As{Owner: "c.o.z", Kind: wire.KindReader})
 	r.Wake("ch", wire.Wake{Kind: wire.KindHanded, IDs: []string{"c.o.a"}}, WakeLocal)
 	for _, w := range []*Waiter{a1, a2} {
 		got, ok := pending(w)
 		require.True(t, ok)
 		assert.Equal(t, WakeLocal, got, "a reader's hand-over is claimed with a try")
 	}
-	_, ok := pending(other)
+	_, ok := pending(aw)
+	assert.False(t, ok, "the owner's write call is not woken by a read handed to it")
+	_, ok = pending(other)
 	assert.False(t, ok, "another owner's waiter is not woken")
 }
 
