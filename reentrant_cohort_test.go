@@ -264,6 +264,7 @@ func TestFault_CountedCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherClie
 			go func() { locked <- b.Lock(bctx) }()
 			waitQueued(t, e, n, 1)
 			require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+			require.Eventually(t, func() bool { return r.confirmed(c, b) }, 5*time.Second, time.Millisecond)
 			// Well into the lease, before its first renewal (a third of
 			// the timeout): a handoff that gave b a lease of its own would
 			// outlive the one in Redis by this much.
