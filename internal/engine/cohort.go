@@ -62,8 +62,9 @@ type CohortBound struct {
 	MaxTime time.Duration // since the Redis grant
 }
 
-// cohortOn reports whether m hands its holds on locally: a Mutex (not an
-// Election's lock) with a bound and no fixed lease.
+// cohortOn reports whether m hands its holds on locally: a Mutex, a
+// ReentrantMutex or an RWMutex's writers (not an Election's lock), with a
+// bound and no fixed lease.
 func (m *Mutex) cohortOn() bool {
 	return m.cohort.Max > 0 && m.h.Lease == 0 && cohortKind(m.h.Kind)
 }
@@ -118,7 +119,9 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
 		if wm.h.Kind != m.h.Kind || wm.reads(wm.owner) {
-			return nil // a Mutex and a ReentrantMutex of one name: each fails on the other's key
+			// Locks of two kinds on one name (each fails on the other's
+			// key), or an RWMutex writer whose owner reads.
+			return nil
 		}
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
 		nl.Token = l.Token + 1
