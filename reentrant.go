@@ -144,7 +144,8 @@ func (r *ReentrantMutex) TTL(ctx context.Context) (time.Duration, error) { retur
 // the force's notice); holders on this Client learn at once. It is for
 // operators and tests: a holder that is still running loses its exclusion.
 func (r *ReentrantMutex) ForceUnlock(ctx context.Context) (released bool, err error) {
-	return r.x.ForceUnlock(ctx, "dlock.ReentrantMutex.ForceUnlock", func(cause error) { r.h.C.LoseAll(r.h.Key, cause) })
+	held := r.h.C.HoldsOn(r.h.Key) // (see Core.HoldsOn)
+	return r.x.ForceUnlock(ctx, "dlock.ReentrantMutex.ForceUnlock", func(cause error) { r.h.C.LoseHolds(held, cause) })
 }
 
 // Extend makes the hold of the owner in ctx end lease from now, all its

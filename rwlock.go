@@ -240,12 +240,11 @@ func (rw *RWMutex) holdOf(ctx context.Context, write bool) *lease.Hold {
 // reports whether anyone held it. Holders on this Client learn at once,
 // holders elsewhere at their next renewal (see ReentrantMutex.ForceUnlock).
 func (rw *RWMutex) ForceUnlock(ctx context.Context) (released bool, err error) {
+	c := rw.h.C
+	held := append(c.HoldsOn(rw.h.Keys[0]), c.HoldsOn(rw.h.Keys[1])...) // (see Core.HoldsOn)
 	return rw.h.ForceUnlock(ctx, "dlock.RWMutex.ForceUnlock", func(ctx context.Context) ([]any, error) {
-		return rw.h.C.Script(ctx, scripts.RWForce, rw.h.Keys, rw.h.C.ID).Slice()
-	}, func(cause error) {
-		rw.h.C.LoseAll(rw.h.Keys[0], cause)
-		rw.h.C.LoseAll(rw.h.Keys[1], cause)
-	})
+		return c.Script(ctx, scripts.RWForce, rw.h.Keys, c.ID).Slice()
+	}, func(cause error) { c.LoseHolds(held, cause) })
 }
 
 // Extend makes the write hold of the owner in ctx end lease from now (see

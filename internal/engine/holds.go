@@ -109,19 +109,26 @@ func (c *Core) trackHold(hk string, n int64, fresh func() *lease.Hold) bool {
 	return true
 }
 
-// LoseAll reports lost, with cause, every counted hold this Core tracks on
-// the lock of key, whoever its owner (a ForceUnlock).
-func (c *Core) LoseAll(key string, cause error) {
+// HoldsOn returns the counted holds this Core tracks on the lock of key,
+// whoever their owner: what a ForceUnlock about to run can take. (Taken
+// before the force: a hold granted after it, once it has run, is not the
+// force's to report lost.)
+func (c *Core) HoldsOn(key string) []*lease.Hold {
 	prefix := HoldKey(key, "")
-	var lost []*lease.Hold
+	var ls []*lease.Hold
 	c.holds.mu.Lock()
 	for hk, l := range c.holds.holds {
 		if strings.HasPrefix(hk, prefix) {
-			lost = append(lost, l)
+			ls = append(ls, l)
 		}
 	}
 	c.holds.mu.Unlock()
-	for _, l := range lost {
+	return ls
+}
+
+// LoseHolds reports ls lost, with cause (a ForceUnlock's).
+func (c *Core) LoseHolds(ls []*lease.Hold, cause error) {
+	for _, l := range ls {
 		c.WD.Lose(&l.Lease, cause)
 	}
 }

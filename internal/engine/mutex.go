@@ -236,11 +236,14 @@ func (m *Mutex) State(ctx context.Context, op string) (ExclState, error) {
 }
 
 // ForceUnlock releases the lock whoever holds it; the handle's own hold is
-// reported lost at once.
+// reported lost at once: the one it had when the force was sent. (A hold
+// the handle got after the force ran is not the force's: a waiter woken
+// by the force's own notice, or by the loss it reports, may hold by then.)
 func (m *Mutex) ForceUnlock(ctx context.Context, spanName string) (bool, error) {
+	held := m.slot.Get()
 	return m.x.ForceUnlock(ctx, spanName, func(cause error) {
-		if l := m.slot.Get(); l != nil {
-			m.h.C.WD.Lose(&l.Lease, cause)
+		if held != nil {
+			m.h.C.WD.Lose(&held.Lease, cause)
 		}
 	})
 }
