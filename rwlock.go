@@ -269,7 +269,6 @@ func (rw *RWMutex) Token(ctx context.Context) uint64 {
 	return 0
 }
 
-// rwOps are the scripts of one side of an RWMutex.
 // rwReadOps are the read side's scripts (see engine's CountedOps).
 type rwReadOps struct{ rw *RWMutex }
 

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/errs"
@@ -36,7 +35,8 @@ type CountedOps interface {
 }
 
 // Counted is one owner's hold on a counted primitive (an RWMutex's read
-// side), as a call acquiring or releasing it sees it. It is the Acquirer of its acquisitions.
+// side), as a call acquiring or releasing it sees it. It is the Acquirer
+// of its acquisitions.
 //
 // Counted holds belong to an owner and count its re-entries. A Core tracks
 // each in its hold table by lock key and owner (see holds.go), and every
@@ -142,21 +142,6 @@ func (k *Counted) Leave(a *Acquisition) {
 		defer c.gate(k.Gate)()
 	}
 	k.Ops.LeaveQueue(a.NC, k.Owner, k.Waiter, k.known())
-}
-
-// HolderCount reads owner's hold count from a primitive's main key, whose
-// fields 'o' and 'n' name the holder and count its holds: 0 when another
-// owner holds it, or nobody.
-func (c *Core) HolderCount(ctx context.Context, key, owner string) (int64, error) {
-	v, err := c.RDB.HMGet(ctx, key, "o", "n").Result()
-	if err != nil {
-		return 0, err
-	}
-	if holder, _ := v[0].(string); holder != owner {
-		return 0, nil
-	}
-	n, _ := v[1].(string)
-	return strconv.ParseInt(n, 10, 64)
 }
 
 // reconcile runs after an acquisition whose reply was lost. If the server

@@ -19,7 +19,7 @@ import (
 // waiters of this Core that a script handed the lock to.
 type Excl struct {
 	h       *Handle
-	keys    []string // K, Q, QE, F, RL and the channel (see internal/scripts/excl_common.lua); an RWMutex's (rwExcl)
+	keys    []string // K, Q, QE, F, RL and the channel (see internal/scripts/excl_common.lua); an RWMutex's for NewRWWriteExcl
 	counted string   // "1" for a counted kind (ReentrantMutex), else "0"
 	s       *exclScripts
 	owner   string // an RWMutex writer's owner, for the write try's upgrade check (rw_try_write.lua)
