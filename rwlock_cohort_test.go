@@ -283,35 +283,50 @@ func TestRWCohort_OwnerThatReads_NoLocalHandoff(t *testing.T) {
 	requireFreeSoon(t, ctx, e, n)
 }
 
-// An owner waiting to write and, in another call, to read: the read gives
-// up, and its place goes, although the owner's write call still waits (it
-// has a place of its own). Once, the read's place stayed, the writer's
-// release handed it the read, and the owner's Lock then failed with
-// ErrUpgrade, having never read.
-func TestRWMutex_ReadGivesUpWhileItsOwnerWaitsToWrite_ItsPlaceGoes(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	c, other := e.client(e.rdb()), e.client(e.rdb())
-	x, xctx := other.RWMutex(n), dlock.WithOwner(ctx, "x")
-	require.NoError(t, x.Lock(xctx))
-	b, bctx := c.RWMutex(n), dlock.WithOwner(ctx, "b")
-	wrote := make(chan error, 1)
-	go func() { wrote <- b.Lock(bctx) }()
-	waitQueued(t, e, n, 1)
-	rctx, cancel := context.WithTimeout(bctx, 200*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, b.RLock(rctx), dlock.ErrNotObtained)
-	assert.Len(t, e.rdb().ZRange(ctx, key(n)+":mq", 0, -1).Val(), 1, "the read's place stayed")
-	require.NoError(t, x.Unlock(xctx))
-	select {
-	case err := <-wrote:
-		require.NoError(t, err, "b never read, yet its Lock failed")
-	case <-time.After(5 * time.Second):
-		t.Fatal("b's Lock did not return")
+// An owner with two calls waiting behind a writer of another Client: the
+// second, a read, gives up. If the first writes, the read's place goes (the
+// write call has a place of its own): once, it stayed, the writer's release
+// handed it the read, and the owner's Lock then failed with ErrUpgrade,
+// having never read. If the first reads too, the place they share stays for
+// it. Either way the first call gets the lock once the writer leaves.
+func TestRWMutex_ReadCallGivesUpBesideAnotherCallOfItsOwner(t *testing.T) {
+	for _, write := range []bool{true, false} {
+		t.Run(map[bool]string{true: "the other call writes", false: "the other call reads"}[write], func(t *testing.T) {
+			e := sharedEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			c, other := e.client(e.rdb()), e.client(e.rdb())
+			x, xctx := other.RWMutex(n), dlock.WithOwner(ctx, "x")
+			require.NoError(t, x.Lock(xctx))
+			b, bctx := c.RWMutex(n), dlock.WithOwner(ctx, "b")
+			first := make(chan error, 1)
+			go func() {
+				if write {
+					first <- b.Lock(bctx)
+				} else {
+					first <- b.RLock(bctx)
+				}
+			}()
+			waitQueued(t, e, n, 1)
+			rctx, cancel := context.WithTimeout(bctx, 200*time.Millisecond)
+			defer cancel()
+			require.ErrorIs(t, b.RLock(rctx), dlock.ErrNotObtained)
+			assert.Len(t, e.rdb().ZRange(ctx, key(n)+":mq", 0, -1).Val(), 1, "one place, the first call's")
+			require.NoError(t, x.Unlock(xctx))
+			select {
+			case err := <-first:
+				require.NoError(t, err, "b's first call failed (an ErrUpgrade: b never read)")
+			case <-time.After(5 * time.Second):
+				t.Fatal("b's first call did not return")
+			}
+			if write {
+				require.NoError(t, b.Unlock(bctx))
+			} else {
+				require.NoError(t, b.RUnlock(bctx))
+			}
+			requireFreeSoon(t, ctx, e, n)
+		})
 	}
-	require.NoError(t, b.Unlock(bctx))
-	requireFreeSoon(t, ctx, e, n)
 }
 
 // A read handed to an owner and not claimed yet (read count 0, as a
@@ -338,32 +353,4 @@ func TestRWMutex_ReadHandedNotClaimed_WriteWaitsNotUpgrade(t *testing.T) {
 	_, err = b.TryLock(bctx)
 	require.ErrorIs(t, err, dlock.ErrUpgrade)
 	require.NoError(t, rdb.Del(ctx, key(n), key(n)+":rl", key(n)+":rc").Err())
-}
-
-// Two read calls of one owner share its place: one gives up, the place
-// stays for the other, which reads once the writer leaves.
-func TestRWMutex_TwoReadCallsOfOneOwner_OneGivesUp_ThePlaceStays(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	c, other := e.client(e.rdb()), e.client(e.rdb())
-	x, xctx := other.RWMutex(n), dlock.WithOwner(ctx, "x")
-	require.NoError(t, x.Lock(xctx))
-	b, bctx := c.RWMutex(n), dlock.WithOwner(ctx, "b")
-	read := make(chan error, 1)
-	go func() { read <- b.RLock(bctx) }()
-	waitQueued(t, e, n, 1)
-	rctx, cancel := context.WithTimeout(bctx, 200*time.Millisecond)
-	defer cancel()
-	require.ErrorIs(t, b.RLock(rctx), dlock.ErrNotObtained)
-	assert.Len(t, e.rdb().ZRange(ctx, key(n)+":mq", 0, -1).Val(), 1, "the shared place went")
-	require.NoError(t, x.Unlock(xctx))
-	select {
-	case err := <-read:
-		require.NoError(t, err)
-	case <-time.After(3 * time.Second):
-		t.Fatal("the other read call was not served")
-	}
-	require.NoError(t, b.RUnlock(bctx))
-	requireFreeSoon(t, ctx, e, n)
 }
