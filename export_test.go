@@ -85,3 +85,7 @@ func channelConfirmed(c *Client, channel string) bool {
 func CohortRecorded(c *Client, m *Mutex) bool {
 	return c.core.Waits.CohortAt(m.h.Channel, m.h.Key) != nil
 }
+
+// PermitGrant is the ID of the Redis grant p holds on: its own, or, for a
+// Permit handed on within its Client (WithPermitCohort), the cohort's.
+func PermitGrant(p *Permit) string { return p.id }

@@ -2,13 +2,18 @@ package dlock
 
 import (
 	"context"
+	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/errs"
 	"github.com/dlock-go/dlock/internal/lease"
+	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/telemetry"
+	"github.com/dlock-go/dlock/internal/wait"
+	"github.com/dlock-go/dlock/internal/wire"
 )
 
 // Permit is a grant of permits from a Semaphore: a lease, renewed by the
@@ -17,9 +22,19 @@ import (
 // (from Acquire(ctx, 0), or a Drain that found none) holds nothing in Redis.
 type Permit struct {
 	s  *Semaphore
-	id string
+	id string // the Redis grant it holds on: its own, or a cohort's
 	n  int
 	l  *lease.Hold // nil for a Permit of no permits
+
+	// Its fencing token. A Permit handed on locally gets its token from a
+	// script sent as it is handed on (issue); until the reply, issued is
+	// open and token unset.
+	token  uint64
+	issued chan struct{} // nil once the token is known at the start
+	// Its place in a permit cohort (passLocal): the local handoffs since
+	// the Redis grant, and when this Client took that grant.
+	passes int
+	since  time.Time
 
 	mu   sync.Mutex
 	done bool // Release succeeded, or found the permit gone
@@ -28,14 +43,22 @@ type Permit struct {
 // Count returns how many permits p holds.
 func (p *Permit) Count() int { return p.n }
 
-// Token returns the permit's fencing token: never 0 for a permit that holds
-// permits, and strictly greater than the token of every permit taken
-// earlier from the same semaphore. A Permit of no permits has none (0).
+// Token returns the permit's fencing token: strictly greater than the token
+// of every permit taken earlier from the same semaphore. A Permit of no
+// permits has none (0). A Permit handed on within its Client
+// (WithPermitCohort) is given its token by a round trip that starts as it
+// is handed on: Token waits for that reply, and returns 0 when the reply
+// says the permits were gone by then (Lost fires) or never comes (Redis out
+// of reach; the Client's command timeouts bound the wait). Every fencing
+// guard refuses 0.
 func (p *Permit) Token() uint64 {
 	if p.l == nil {
 		return 0
 	}
-	return p.l.Token
+	if p.issued != nil {
+		<-p.issued
+	}
+	return p.token
 }
 
 // Release gives the permits back and wakes the waiters they can serve. A
@@ -62,9 +85,16 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	if p.done {
 		return errs.Op("release", s.h.Name, "", ErrNotHeld)
 	}
+	if p.issued != nil {
+		<-p.issued // its token first: a release must not overtake the issue
+	}
 	if err := s.h.LostAlready("release", p.l); err != nil {
 		p.done = true
 		return err
+	}
+	if s.passLocal(p) {
+		p.done = true
+		return nil
 	}
 	s.h.BeginRelease(p.l)
 	n, err := s.release(engine.Detach(ctx), p.id)
@@ -108,4 +138,77 @@ func (p *Permit) Lost() <-chan struct{} {
 // permits, the context is already cancelled, with cause ErrNotHeld.
 func (p *Permit) HoldContext(parent context.Context) (context.Context, context.CancelFunc) {
 	return p.s.h.C.WD.HoldContext(parent, p.l)
+}
+
+// passLocal hands p, which Release is giving back, to the first Acquire of
+// the Client waiting for as many permits on the semaphore, within the
+// cohort's bound (WithPermitCohort): a new Permit on the same Redis grant,
+// with the same lease deadline, whose token the script sem_pass issues in
+// the background (issue). It reports false when it handed nothing: p is
+// then the caller's to release.
+func (s *Semaphore) passLocal(p *Permit) bool {
+	co := s.cohort
+	if co.Max == 0 || p.passes >= co.Max || time.Since(p.since) >= co.MaxTime {
+		return false
+	}
+	c := s.h.C
+	var np *Permit
+	var to *semTry
+	w := c.Waits.PickCohort(s.h.Channel, s.ck, func(w *wait.Waiter) (*lease.Hold, bool) {
+		t, ok := w.Cohort().(*semTry)
+		if !ok || t.n != p.n {
+			return nil, true // it wants another number of permits
+		}
+		if !t.state.CompareAndSwap(tryIdle, tryLocal) {
+			return nil, true // it is taking a grant from Redis
+		}
+		l := p.l
+		nl := lease.NewHold(context.Background(), s.h.Name, s.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
+		nl.Extra = l.Extra
+		if !c.WD.Pass(&l.Lease, &nl.Lease) {
+			// Extended, lost, fixed, or too little of its lease left.
+			t.state.Store(tryIdle)
+			return nil, false
+		}
+		np = &Permit{s: s, id: p.id, n: p.n, l: nl, issued: make(chan struct{}), passes: p.passes + 1, since: p.since}
+		t.p, to = np, t
+		return nl, false
+	})
+	if w == nil {
+		return false
+	}
+	if !c.Background(func(ctx context.Context) { s.issue(ctx, np, to.id) }) {
+		close(np.issued) // the Client closed: the hold is lost with it
+	}
+	runtime.Gosched() // let the new holder run, as the Mutex's cohort does
+	return true
+}
+
+// errPassedGone is why a Permit handed on locally is lost when its permits
+// turned out gone from Redis by the time its token was to be issued.
+var errPassedGone = fmt.Errorf("%w: the permits were gone when handed on", errs.ErrLost)
+
+// issue runs sem_pass for np, just handed to the Acquire whose request ID is
+// waiter: np's token, and waiter's place out of the queue.
+func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
+	defer close(np.issued)
+	res, err := s.h.C.Script(ctx, scripts.SemPass, s.h.Keys, np.id, waiter, s.h.C.ID).Slice()
+	if err != nil {
+		// The token stays 0, which every guard refuses; the renewals
+		// tell whether the permits are still held.
+		s.h.WakeUnknown(err)
+		return
+	}
+	token, msgs, err := wire.DecodeCountMessages(res)
+	if err != nil {
+		return
+	}
+	for _, msg := range msgs {
+		s.h.WakeLocal(msg)
+	}
+	if token <= 0 {
+		s.h.C.WD.Lose(&np.l.Lease, errPassedGone)
+		return
+	}
+	np.token = uint64(token)
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/dlock-go/dlock/internal/engine"
 	"github.com/dlock-go/dlock/internal/errs"
+	"github.com/dlock-go/dlock/internal/lease"
 	"github.com/dlock-go/dlock/internal/scripts"
 	"github.com/dlock-go/dlock/internal/telemetry"
 	"github.com/dlock-go/dlock/internal/wait"
@@ -28,7 +30,9 @@ import (
 // more permits than the total waits until the total is raised, but holds
 // nobody back meanwhile: it is passed over, as x/sync/semaphore does not
 // queue a request it can never serve, and takes its place in arrival order
-// again once the total covers it.
+// again once the total covers it. Permit cohorting (WithPermitCohort, on by
+// default) bends arrival order within its bound: a released Permit may go
+// to an Acquire of its own Client first.
 //
 // The total is set with TrySetPermits or SetPermits, and changed with
 // AddPermits. It persists in Redis with no expiry, unless WithIdleExpiry
@@ -44,8 +48,10 @@ import (
 // total, once per name; TryAcquire on it, and an Acquire whose ctx ends
 // while it is unset, fail with an error that says the total was never set.
 type Semaphore struct {
-	h    *engine.Handle // keys: M, H, C, Q, QE (see internal/scripts/sem_common.lua) and the channel
-	idle time.Duration
+	h      *engine.Handle // keys: M, H, C, Q, QE (see internal/scripts/sem_common.lua) and the channel
+	idle   time.Duration
+	cohort engine.CohortBound // permit cohorting (WithPermitCohort); zero: off
+	ck     string             // the key its permit cohorts are known by in the wait registry
 }
 
 // MaxPermits is the largest permit count a Semaphore takes or holds: the
@@ -61,8 +67,10 @@ const MaxPermits = 1<<53 - 1
 // error wrapping ErrInvalid.
 func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	sc := buildSemConfig(opts, SemaphoreOption.applySemaphore)
-	s := &Semaphore{h: c.core.NewHandle(telemetry.KindSemaphore, name, sc.lease, sc.renewed, sc.err, ":h", ":c", ":q", ":qe"), idle: sc.idle}
-	return s
+	h := c.core.NewHandle(telemetry.KindSemaphore, name, sc.lease, sc.renewed, sc.err, ":h", ":c", ":q", ":qe")
+	// (ck is no key in Redis: a Mutex cohort on the name, should there be
+	// one, looks for waiters by the main key.)
+	return &Semaphore{h: h, idle: sc.idle, cohort: sc.cohort, ck: h.Key + ":permits"}
 }
 
 // Name returns the semaphore's name, without the key prefix.
@@ -207,10 +215,21 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 		return &Permit{s: s, done: true}, false, nil
 	}
 	t := &semTry{s: s, id: wire.PermitID(s.h.C.ID), n: n}
-	a := s.h.NewAcquisition(ctx, t, op, block, wait.As{ID: t.id})
+	as := wait.As{ID: t.id}
+	if block && s.cohort.Max > 0 {
+		as.Cohort, as.Place = t, t.id // a Permit's Release may hand it to t (passLocal)
+	}
+	a := s.h.NewAcquisition(ctx, t, op, block, as)
 	// A release grants queued requests their permits (sem_release.lua).
 	a.As.Handed = func(token uint64) (bool, error) {
-		return a.TakeHanded(token, func(token uint64) error { return t.keep(a, token) })
+		if !t.state.CompareAndSwap(tryIdle, tryRedis) {
+			return false, nil // handed a Permit locally: the wait takes it
+		}
+		ok, err := a.TakeHanded(token, func(token uint64) error { return t.keep(a, token) })
+		if !ok {
+			t.state.Store(tryIdle)
+		}
+		return ok, err
 	}
 	if _, err := a.Run(); err != nil {
 		if t.unset && errors.Is(err, ErrNotObtained) && ctx.Err() != nil {
@@ -291,15 +310,38 @@ func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
 
 // semTry is one Acquire or TryAcquire call: the acquirer of its acquisition.
 // Its permit ID is fresh; while it waits it is also its place in the queue.
+// An Acquire's is also a wait.Cohort: another Permit's Release may hand it
+// that Permit (passLocal).
 type semTry struct {
 	s     *Semaphore
 	id    string
 	n     int
-	p     *Permit // once granted
-	unset bool    // the last try found the total never set
+	p     *Permit      // once granted
+	unset bool         // the last try found the total never set
+	state atomic.Int32 // tryIdle, tryRedis or tryLocal
 }
 
+// A semTry's state: a grant from Redis (a try's, or a release's message)
+// and a local handoff (passLocal) exclude each other, since permits, unlike
+// a lock, can be granted in Redis while a cohort of the Client runs.
+const (
+	tryIdle  = iota // neither under way
+	tryRedis        // a try, or the taking of a handed grant, is under way, or took the permits
+	tryLocal        // a Permit was handed to it locally
+)
+
 func (t *semTry) Try(a *engine.Acquisition) (bool, time.Duration, error) {
+	if !t.state.CompareAndSwap(tryIdle, tryRedis) {
+		return false, 0, nil // handed a Permit locally: the wait's wake-up follows
+	}
+	ok, left, err := t.try(a)
+	if !ok {
+		t.state.Store(tryIdle)
+	}
+	return ok, left, err
+}
+
+func (t *semTry) try(a *engine.Acquisition) (bool, time.Duration, error) {
 	s := t.s
 	markTTL := a.Sending()
 	res, err := s.h.C.Script(a.TryCtx(), scripts.SemTry, s.h.Keys, t.id, t.n, wire.Millis(a.TTL), wire.Millis(markTTL), s.h.C.ID).Slice()
@@ -334,7 +376,7 @@ func (t *semTry) keep(a *engine.Acquisition, token uint64) error {
 	telemetry.Annotate(a.Ctx, telemetry.AttrPermits.Int(t.n), telemetry.AttrToken.Int64(int64(token)))
 	l := a.NewHold(s.h.Keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	l.Extra, l.Token = []string{s.h.Keys[0], s.h.Keys[2]}, token
-	t.p = &Permit{s: s, id: t.id, n: t.n, l: l}
+	t.p = &Permit{s: s, id: t.id, n: t.n, l: l, token: token, since: time.Now()}
 	return a.Watch(l)
 }
 
@@ -345,6 +387,14 @@ func (t *semTry) GiveBack(a *engine.Acquisition) {
 }
 
 func (t *semTry) Leave(a *engine.Acquisition) { t.s.cancel(a.NC, t.id) }
+
+// CohortKey is what the semaphore's permit cohorts are known by in the
+// wait registry: with Abandon, what makes t a wait.Cohort.
+func (t *semTry) CohortKey() string { return t.s.ck }
+
+// Abandon releases a Permit handed to t locally that its Acquire gave up
+// before it took it (its ctx ended, or the Client closed).
+func (t *semTry) Abandon(*lease.Hold) { _ = t.p.Release(context.Background()) }
 
 // release returns the permits of id, which go to the requests they serve,
 // and wakes those of them waiting on this Client. It returns how many

@@ -116,12 +116,12 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 	}
 	var to *Slot
 	var given *lease.Hold
-	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) *lease.Hold {
+	w := c.Waits.PickCohort(m.h.Channel, m.h.Key, func(w *wait.Waiter) (*lease.Hold, bool) {
 		wm := w.Cohort().(*Mutex) // the waiter's handle's engine: m, or another of the name
 		if wm.h.Kind != m.h.Kind || wm.reads(wm.owner) {
 			// Locks of two kinds on one name (each fails on the other's
 			// key), or an RWMutex writer whose owner reads.
-			return nil
+			return nil, false
 		}
 		nl := lease.NewHold(context.Background(), wm.h.Name, wm.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
 		nl.Token = l.Token + 1
@@ -130,13 +130,13 @@ func (m *Mutex) passLocal(l *lease.Hold) (bool, error) {
 			nl.Cohort.Served = append(slices.Clip(co.Served), w.Place())
 		}
 		if !c.WD.Pass(&l.Lease, &nl.Lease) {
-			return nil
+			return nil, false
 		}
 		// As keep does; an older hold of the handle cannot be there while
 		// l held the lock.
 		wm.slot.Put(nl, c.WD)
 		to, given = wm.slot, nl
-		return nl
+		return nl, false
 	})
 	if w == nil {
 		return false, nil
@@ -179,7 +179,7 @@ func (m *Mutex) cohortRuns() bool {
 // goroutine that holds the registry's lock (a local handoff's Slot.Put
 // ends the slot's older hold).
 func (c *Core) cohortLost(l *lease.Hold) {
-	c.background(func(ctx context.Context) {
+	c.Background(func(ctx context.Context) {
 		channel := wire.ChannelOf(l.Key)
 		s, _ := c.Waits.CohortAt(channel, l.Key).(*Slot)
 		if h := s.get(); h == nil || h.Spec.ID == l.Spec.ID || !c.WD.IsHeld(&h.Lease) {
@@ -200,7 +200,7 @@ func (c *Core) cohortLost(l *lease.Hold) {
 // it was served).
 func (c *Core) DropServed(l *lease.Hold) {
 	if len(l.Cohort.Served) > 0 {
-		c.background(func(ctx context.Context) { c.dropServed(ctx, l) })
+		c.Background(func(ctx context.Context) { c.dropServed(ctx, l) })
 	}
 }
 

@@ -185,15 +185,17 @@ func (c *Core) noteRenewed(d time.Duration) {
 	}
 }
 
-// background runs f on a goroutine of its own, with a context that Close
-// cancels before it waits for f to return; after Close, it runs nothing.
-func (c *Core) background(f func(ctx context.Context)) {
+// Background runs f on a goroutine of the Core's, which Close waits for,
+// with a context that Close cancels. It reports false, running nothing,
+// once the Core has closed.
+func (c *Core) Background(f func(ctx context.Context)) bool {
 	c.bgMu.Lock()
 	defer c.bgMu.Unlock()
 	if c.bgStopped || c.bgCtx == nil {
-		return
+		return false
 	}
 	c.bg.Go(func() { f(c.bgCtx) })
+	return true
 }
 
 func (c *Core) stopBackground() {

@@ -68,6 +68,7 @@ var (
 	SemAvailable = load("sem_available.lua")
 	SemDrain     = load("sem_drain.lua")
 	SemDelete    = load("sem_delete.lua")
+	SemPass      = load("sem_pass.lua")
 
 	LatchSet       = load("latch_set.lua")
 	LatchCountDown = load("latch_count_down.lua")

@@ -141,11 +141,12 @@ func (r *Registry) QueuedAt(w *Waiter) time.Time {
 	return w.queuedAt
 }
 
-// PickCohort gives a hold to the first waiter of channel on a cohorting
-// Mutex handle of key that has none pending: give makes the hold (nil:
-// none), and the waiter is woken with WakeCohort. It returns the waiter, or
-// nil.
-func (r *Registry) PickCohort(channel, key string, give func(w *Waiter) *lease.Hold) *Waiter {
+// PickCohort gives a hold to the first waiter of channel on a cohort of
+// key (a cohorting Mutex handle, or a Semaphore's permit cohort) that has
+// none pending: give makes the hold, and the waiter is woken with
+// WakeCohort. When give makes none, next says whether to offer it to the
+// waiters after this one. It returns the waiter served, or nil.
+func (r *Registry) PickCohort(channel, key string, give func(w *Waiter) (h *lease.Hold, next bool)) *Waiter {
 	if r.count.Load() == 0 {
 		return nil
 	}
@@ -159,8 +160,11 @@ func (r *Registry) PickCohort(channel, key string, give func(w *Waiter) *lease.H
 		if w.cohort == nil || w.cohort.CohortKey() != key || w.grant != nil {
 			continue
 		}
-		g := give(w)
+		g, next := give(w)
 		if g == nil {
+			if next {
+				continue
+			}
 			return nil
 		}
 		w.grant = g

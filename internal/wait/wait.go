@@ -62,7 +62,7 @@ type Waiter struct {
 	ownerHolds bool        // Took since its last try: its owner holds now; guarded by waitRegistry.mu
 	fence      uint64      // the token of the latest hand-over it was woken for; guarded by waitRegistry.mu
 	retimeAt   time.Time   // when the lease of the hold the lock was last handed to ends; guarded by waitRegistry.mu
-	cohort     Cohort      // a waiter of a cohorting Mutex: its handle
+	cohort     Cohort      // a waiter of a cohorting Mutex (its handle) or of a Semaphore's permit cohort (its call)
 	place      string      // its place in the queue in Redis, for cohort
 	local      bool        // it waits for a local handoff only, without a place in Redis yet; guarded by waitRegistry.mu
 	grant      *lease.Hold // a hold a local handoff gave it; guarded by waitRegistry.mu
@@ -72,8 +72,9 @@ type Waiter struct {
 	prev, next *Waiter
 }
 
-// Cohort is a handle of a cohorting Mutex (see engine's cohort), as the
-// registry knows it: the key of its lock, and how to give back a hold
+// Cohort is a handle of a cohorting Mutex (see engine's cohort), or a
+// Semaphore's Acquire call (its permit cohort), as the registry knows it:
+// the key its holds are handed on under, and how to give back a hold
 // handed to one of its waiters that gave up before it took it.
 type Cohort interface {
 	CohortKey() string
