@@ -15,8 +15,9 @@ import (
 // per Redis deployment) and share it; all its methods are safe for
 // concurrent use.
 type Client struct {
-	core *engine.Core
-	name string // WithClientName
+	core   *engine.Core
+	name   string       // WithClientName
+	chains permitChains // its semaphores' running permit cohorts (permit.go)
 }
 
 // New returns a Client on rdb, which may be a *redis.Client, a

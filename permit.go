@@ -31,10 +31,12 @@ type Permit struct {
 	// open and token unset.
 	token  uint64
 	issued chan struct{} // nil once the token is known at the start
-	// Its place in a permit cohort (passLocal): the local handoffs since
+	// Its place in a permit cohort (passLocal): whether it is in one (it
+	// is recorded in its Client's permitChains), the local handoffs since
 	// the Redis grant, and when this Client took that grant.
-	passes int
-	since  time.Time
+	chained bool
+	passes  int
+	since   time.Time
 
 	mu   sync.Mutex
 	done bool // Release succeeded, or found the permit gone
@@ -90,14 +92,46 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	}
 	if err := s.h.LostAlready("release", p.l); err != nil {
 		p.done = true
+		s.chains.remove(s.ck, p)
 		return err
 	}
 	if s.passLocal(p) {
 		p.done = true
 		return nil
 	}
+	// A cohort that ends queues its local waiters in Redis, in its
+	// release's own script: behind those queued already, ahead of the
+	// caller's next request. They are woken to keep their places (or, if
+	// the script did not queue them, to try).
+	var local []*wait.Waiter
+	var enqueue []any
+	if p.chained {
+		s.chains.remove(s.ck, p) // first: an Acquire from now on tries in Redis
+		local, _ = s.h.C.Waits.EndCohort(s.h.Channel, s.ck)
+		for _, w := range local {
+			t := w.Cohort().(*semTry)
+			enqueue = append(enqueue, t.id, t.n)
+		}
+	}
 	s.h.BeginRelease(p.l)
-	n, err := s.release(engine.Detach(ctx), p.id)
+	ctx = engine.Detach(ctx)
+	sent := time.Now()
+	n, err := s.release(ctx, p.id, enqueue...)
+	if len(local) > 0 {
+		for _, place := range s.h.C.Waits.WakeEnded(local, err == nil && n >= 0, sent) {
+			s.cancel(ctx, place) // it gave up meanwhile: its place goes
+		}
+		if err == nil && n >= 0 {
+			// Another cohort of the Client may have handed one a Permit
+			// after EndCohort: the script queued it all the same (its
+			// sem_pass may have run first), and its place goes too.
+			for _, w := range local {
+				if t := w.Cohort().(*semTry); t.state.Load() == tryLocal {
+					s.cancel(ctx, t.id)
+				}
+			}
+		}
+	}
 	if err == nil {
 		p.done = true
 		n = min(n, 0) // 0: released; -1: held none
@@ -147,11 +181,10 @@ func (p *Permit) HoldContext(parent context.Context) (context.Context, context.C
 // the background (issue). It reports false when it handed nothing: p is
 // then the caller's to release.
 func (s *Semaphore) passLocal(p *Permit) bool {
-	co := s.cohort
-	if co.Max == 0 || p.passes >= co.Max || time.Since(p.since) >= co.MaxTime {
+	c := s.h.C
+	if !p.mayPass() {
 		return false
 	}
-	c := s.h.C
 	var np *Permit
 	var to *semTry
 	w := c.Waits.PickCohort(s.h.Channel, s.ck, func(w *wait.Waiter) (*lease.Hold, bool) {
@@ -170,13 +203,14 @@ func (s *Semaphore) passLocal(p *Permit) bool {
 			t.state.Store(tryIdle)
 			return nil, false
 		}
-		np = &Permit{s: s, id: p.id, n: p.n, l: nl, issued: make(chan struct{}), passes: p.passes + 1, since: p.since}
+		np = &Permit{s: s, id: p.id, n: p.n, l: nl, issued: make(chan struct{}), chained: true, passes: p.passes + 1, since: p.since}
 		t.p, to = np, t
 		return nl, false
 	})
 	if w == nil {
 		return false
 	}
+	s.chains.replace(s.ck, p, np)
 	if !c.Background(func(ctx context.Context) { s.issue(ctx, np, to.id) }) {
 		close(np.issued) // the Client closed: the hold is lost with it
 	}
@@ -192,6 +226,10 @@ var errPassedGone = fmt.Errorf("%w: the permits were gone when handed on", errs.
 // waiter: np's token, and waiter's place out of the queue.
 func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 	defer close(np.issued)
+	// (Past its lease the Permit is lost whatever the reply: its token
+	// is worth no longer a wait.)
+	ctx, cancel := context.WithTimeout(ctx, np.l.TTL)
+	defer cancel()
 	res, err := s.h.C.Script(ctx, scripts.SemPass, s.h.Keys, np.id, waiter, s.h.C.ID).Slice()
 	if err != nil {
 		// The token stays 0, which every guard refuses; the renewals
@@ -211,4 +249,70 @@ func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 		return
 	}
 	np.token = uint64(token)
+}
+
+// mayPass reports whether p's Release may still hand it on locally: it is
+// in a permit cohort within its bound, and held.
+func (p *Permit) mayPass() bool {
+	co := p.s.cohort
+	return p.chained && p.passes < co.Max && time.Since(p.since) < co.MaxTime && p.s.h.C.WD.IsHeld(&p.l.Lease)
+}
+
+// permitChains records a Client's running permit cohorts: the Permits a
+// Release may hand on locally, by semaphore (Semaphore.ck). An Acquire
+// that one of them could serve waits for that, without a place in Redis
+// (see Semaphore.acquire).
+type permitChains struct {
+	mu sync.Mutex
+	by map[string]map[*Permit]struct{}
+}
+
+func (pc *permitChains) add(ck string, p *Permit) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.by == nil {
+		pc.by = map[string]map[*Permit]struct{}{}
+	}
+	if pc.by[ck] == nil {
+		pc.by[ck] = map[*Permit]struct{}{}
+	}
+	pc.by[ck][p] = struct{}{}
+}
+
+// replace records np, handed on from p, in p's place.
+func (pc *permitChains) replace(ck string, p, np *Permit) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if set := pc.by[ck]; set != nil {
+		delete(set, p)
+		set[np] = struct{}{}
+	}
+}
+
+func (pc *permitChains) remove(ck string, p *Permit) {
+	if !p.chained {
+		return
+	}
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if set := pc.by[ck]; set != nil {
+		delete(set, p)
+		if len(set) == 0 {
+			delete(pc.by, ck)
+		}
+	}
+}
+
+// runs reports whether a Permit of n permits of the semaphore ck may still
+// be handed on. (One lost and never released stays recorded, and is
+// passed over, until the Client closes.)
+func (pc *permitChains) runs(ck string, n int) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for p := range pc.by[ck] {
+		if p.n == n && p.mayPass() {
+			return true
+		}
+	}
+	return false
 }

@@ -52,6 +52,7 @@ type Semaphore struct {
 	idle   time.Duration
 	cohort engine.CohortBound // permit cohorting (WithPermitCohort); zero: off
 	ck     string             // the key its permit cohorts are known by in the wait registry
+	chains *permitChains      // its Client's
 }
 
 // MaxPermits is the largest permit count a Semaphore takes or holds: the
@@ -70,7 +71,12 @@ func (c *Client) Semaphore(name string, opts ...SemaphoreOption) *Semaphore {
 	h := c.core.NewHandle(telemetry.KindSemaphore, name, sc.lease, sc.renewed, sc.err, ":h", ":c", ":q", ":qe")
 	// (ck is no key in Redis: a Mutex cohort on the name, should there be
 	// one, looks for waiters by the main key.)
-	return &Semaphore{h: h, idle: sc.idle, cohort: sc.cohort, ck: h.Key + ":permits"}
+	if h.C.Cfg.Sync.Replicas > 0 {
+		// A handed Permit's token would be issued without a WAIT: every
+		// Permit comes from a grant in Redis.
+		sc.cohort = engine.CohortBound{}
+	}
+	return &Semaphore{h: h, idle: sc.idle, cohort: sc.cohort, ck: h.Key + ":permits", chains: &c.chains}
 }
 
 // Name returns the semaphore's name, without the key prefix.
@@ -217,9 +223,22 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 	t := &semTry{s: s, id: wire.PermitID(s.h.C.ID), n: n}
 	as := wait.As{ID: t.id}
 	if block && s.cohort.Max > 0 {
-		as.Cohort, as.Place = t, t.id // a Permit's Release may hand it to t (passLocal)
+		// A Permit's Release may hand it to t (passLocal). While a cohort
+		// of the Client that could runs, t waits for that only, with no
+		// place in Redis, until the cohort ends (whose release queues t in
+		// Redis) or for the time bound at most.
+		runs := func() bool { return s.chains.runs(s.ck, n) }
+		as.Cohort, as.Place = t, t.id
+		as.Local, as.LocalFor, as.CohortRuns = runs(), s.cohort.MaxTime, runs
 	}
 	a := s.h.NewAcquisition(ctx, t, op, block, as)
+	if as.Local {
+		a.As.Queued = func(at time.Time) error {
+			a.Sent = at
+			_, _, err := a.Refused("", 0, true, false, s.h.Keys[4], []string{s.h.Keys[3], s.h.Keys[0]}, wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
+			return err
+		}
+	}
 	// A release grants queued requests their permits (sem_release.lua).
 	a.As.Handed = func(token uint64) (bool, error) {
 		if !t.state.CompareAndSwap(tryIdle, tryRedis) {
@@ -377,7 +396,15 @@ func (t *semTry) keep(a *engine.Acquisition, token uint64) error {
 	l := a.NewHold(s.h.Keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	l.Extra, l.Token = []string{s.h.Keys[0], s.h.Keys[2]}, token
 	t.p = &Permit{s: s, id: t.id, n: t.n, l: l, token: token, since: time.Now()}
-	return a.Watch(l)
+	if err := a.Watch(l); err != nil {
+		return err
+	}
+	if _, renew := s.h.Terms(); renew && s.cohort.Max > 0 {
+		// A permit cohort begins: its Release may hand it on (passLocal).
+		t.p.chained = true
+		s.chains.add(s.ck, t.p)
+	}
+	return nil
 }
 
 // GiveBack releases a grant the caller will not get, and leaves the queue.
@@ -398,9 +425,15 @@ func (t *semTry) Abandon(*lease.Hold) { _ = t.p.Release(context.Background()) }
 
 // release returns the permits of id, which go to the requests they serve,
 // and wakes those of them waiting on this Client. It returns how many
-// permits it returned, -1 when id held none.
-func (s *Semaphore) release(ctx context.Context, id string) (int64, error) {
-	res, err := s.h.C.Script(ctx, scripts.SemRelease, s.h.Keys, id, s.h.C.ID).Slice()
+// permits it returned, -1 when id held none. When id held permits, the
+// requests of enqueue (the local waiters of a permit cohort that ends, as
+// request ID and permits needed) are queued first, in their order.
+func (s *Semaphore) release(ctx context.Context, id string, enqueue ...any) (int64, error) {
+	args := []any{id, s.h.C.ID}
+	if len(enqueue) > 0 {
+		args = append(append(args, wire.Millis(s.h.MarkLease())), enqueue...)
+	}
+	res, err := s.h.C.Script(ctx, scripts.SemRelease, s.h.Keys, args...).Slice()
 	if err != nil {
 		s.h.WakeUnknown(err)
 		return 0, s.h.Fail("release", err)

@@ -69,14 +69,19 @@ func TestSemaphoreCohort_ReleaseHandsThePermitOn_BeforeAnyRoundTrip_TokenIssuedA
 	releases := &scriptCalls{s: scripts.SemRelease}
 	rdb := e.rdb(gate, releases)
 	c := e.client(rdb)
+	tries := &scriptCalls{s: scripts.SemTry}
+	rdb.AddHook(tries)
 	s, p := cohortPermitHeld(t, ctx, c, n)
-	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+	triedBefore := tries.n.Load()
+	got := localSemWaiter(t, ctx, rdb, c, s, n, 1, 0)
 
 	require.NoError(t, p.Release(ctx))
 	q := servedWithin(t, got, 2*time.Second, "the waiter of the releasing Client was not handed the permit")
-	// It holds with sem_pass still held back by the gate: no round trip
-	// came before it, and no release went to Redis.
+	// It holds with sem_pass still held back by the gate: it sent nothing
+	// (it waited for the handoff, with no place in Redis), and no release
+	// went to Redis.
 	assert.Zero(t, releases.n.Load(), "the permit went back to Redis")
+	assert.Equal(t, triedBefore, tries.n.Load(), "the waiter tried in Redis")
 	assert.Equal(t, dlock.PermitGrant(p), dlock.PermitGrant(q), "the new Permit holds on another grant")
 	require.Eventually(t, func() bool { return gate.n.Load() == 1 }, 2*time.Second, time.Millisecond)
 
@@ -122,6 +127,23 @@ func TestSemaphoreCohort_Off_ReleaseGoesToRedis(t *testing.T) {
 	assert.EqualValues(t, 1, releases.n.Load())
 	assert.NotEqual(t, dlock.PermitGrant(p), dlock.PermitGrant(q))
 	require.NoError(t, q.Release(ctx))
+}
+
+// localSemWaiter starts an Acquire of n permits on s and returns once it
+// waits in c's registry (the (local+1)th there) with no place in Redis: it
+// waits for a local handoff of a running permit cohort.
+func localSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dlock.Client, s *dlock.Semaphore, name string, n, local int) <-chan *dlock.Permit {
+	t.Helper()
+	got := make(chan *dlock.Permit, 1)
+	go func() {
+		p, err := s.Acquire(ctx, n)
+		assert.NoError(t, err)
+		got <- p
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == local+1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	require.Zero(t, rdb.ZCard(ctx, key(name)+":q").Val(), "an Acquire queued in Redis while a permit cohort of its Client runs")
+	return got
 }
 
 // cohortPermitHeld sets semaphore n's total to 1 on c and takes the permit,
@@ -226,14 +248,16 @@ func TestSemaphoreCohort_RedisGrantAndLocalHandoffRace_NoPermitLeaks(t *testing.
 	ctx := ctxTimeout(t, 60*time.Second)
 	rdb := e.rdb()
 	ca, cb := e.client(e.rdb()), e.client(e.rdb())
-	sa, sb := ca.Semaphore(n), cb.Semaphore(n)
+	// The waiter's handle waits for a local handoff for 20 ms only, then
+	// queues in Redis; the holder's hands on for a minute.
+	sa, sw, sb := ca.Semaphore(n, dlock.WithPermitCohort(0, time.Minute)), ca.Semaphore(n, dlock.WithPermitCohort(0, 20*time.Millisecond)), cb.Semaphore(n)
 	require.NoError(t, sa.SetPermits(ctx, 2))
 	for i := range 10 {
 		pa, err := sa.Acquire(ctx, 1)
 		require.NoError(t, err)
 		pb, err := sb.Acquire(ctx, 1)
 		require.NoError(t, err)
-		got := queuedSemWaiter(t, ctx, rdb, ca, sa, n, 1, 1)
+		got := queuedSemWaiter(t, ctx, rdb, ca, sw, n, 1, 1)
 		var wg sync.WaitGroup
 		wg.Go(func() { assert.NoError(t, pb.Release(ctx)) })
 		wg.Go(func() { assert.NoError(t, pa.Release(ctx)) })
@@ -257,13 +281,15 @@ func TestSemaphoreCohort_PlaceGrantedAfterTheHandoff_GivenBackBySemPass(t *testi
 	gate := newScriptGate(t, scripts.SemPass)
 	rdb := e.rdb(gate)
 	ca, cb := e.client(rdb), e.client(e.rdb())
-	sa, sb := ca.Semaphore(n, dlock.WithPermitCohort(0, time.Minute)), cb.Semaphore(n)
+	// The waiter's handle waits for a local handoff for 20 ms only, then
+	// queues in Redis; the holder's hands on for a minute.
+	sa, sw, sb := ca.Semaphore(n, dlock.WithPermitCohort(0, time.Minute)), ca.Semaphore(n, dlock.WithPermitCohort(0, 20*time.Millisecond)), cb.Semaphore(n)
 	require.NoError(t, sa.SetPermits(ctx, 2))
 	pa, err := sa.Acquire(ctx, 1)
 	require.NoError(t, err)
 	pb, err := sb.Acquire(ctx, 1)
 	require.NoError(t, err)
-	got := queuedSemWaiter(t, ctx, rdb, ca, sa, n, 1, 1)
+	got := queuedSemWaiter(t, ctx, rdb, ca, sw, n, 1, 1)
 	require.NoError(t, pa.Release(ctx))
 	q := servedWithin(t, got, 2*time.Second, "the waiter was not handed the permit")
 	// sem_pass is held back: the place is still queued, and B's release
@@ -306,8 +332,7 @@ func TestSemaphoreCohort_WaiterGivesUpAsItIsHanded_PermitGoesBack(t *testing.T) 
 			}
 			res <- err
 		}()
-		require.Eventually(t, func() bool { return rdb.ZCard(ctx, key(n)+":q").Val() == 1 && dlock.LocalWaiters(c) == 1 },
-			5*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
 		if i%2 == 0 {
 			cancel()
 			require.NoError(t, p.Release(ctx))
@@ -337,7 +362,7 @@ func TestSemaphoreCohort_HandedPermitGoneFromRedis_LostWithoutAToken(t *testing.
 	rdb := e.rdb(gate)
 	c := e.client(rdb)
 	s, p := cohortPermitHeld(t, ctx, c, n)
-	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+	got := localSemWaiter(t, ctx, rdb, c, s, n, 1, 0)
 	// The permit's lease runs out on the server, unknown to its holder.
 	require.NoError(t, rdb.ZAdd(ctx, key(n)+":h", redis.Z{Score: 1, Member: dlock.PermitGrant(p)}).Err())
 	require.NoError(t, p.Release(ctx))
@@ -387,4 +412,126 @@ func TestSemaphoreCohort_CloseLeaksNothing(t *testing.T) {
 	goleak.VerifyNone(t, ignore,
 		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer"),
 		goleak.IgnoreAnyFunction("github.com/alicebob/miniredis/v2/server.(*Server).servePeer.func2"))
+}
+
+// A partitioned Client hands a Permit on locally (no round trip, so the
+// partition does not stop it): the new holder's hold ends with the Redis
+// lease it inherited, and it learns of its loss before an Acquire on
+// another Client holds the permit. Its token never comes (0).
+func TestFault_SemaphoreCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherClientHolds(t *testing.T) {
+	long(t)
+	e := realEnv(t)
+	const timeout = time.Second
+	ctx := ctxTimeout(t, 20*time.Second)
+	n := name(t)
+	rdb, proxy := e.proxied()
+	c := dlock.New(rdb, dlock.WithWatchdogTimeout(timeout))
+	defer c.Close()
+	other := e.client(e.rdb(), dlock.WithWatchdogTimeout(timeout))
+	s := c.Semaphore(n, dlock.WithPermitCohort(4, time.Minute))
+	require.NoError(t, s.SetPermits(ctx, 1))
+	granted := time.Now()
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	got := localSemWaiter(t, ctx, e.rdb(), c, s, n, 1, 0)
+	// Well into the lease, before its first renewal (a third of the
+	// timeout): a handoff that gave the new holder a lease of its own would
+	// outlive the one in Redis by this much.
+	time.Sleep(time.Until(granted.Add(timeout / 4)))
+
+	proxy.Partition()
+	start := time.Now()
+	require.NoError(t, p.Release(ctx), "a local handoff sends nothing")
+	q := servedWithin(t, got, time.Second, "the waiter was not handed the permit")
+	hctx, stop := q.HoldContext(ctx)
+	defer stop()
+	told := endedAt(hctx)
+
+	r, err := other.Semaphore(n).Acquire(ctx, 1)
+	require.NoError(t, err)
+	held := time.Now()
+	knew := told()
+	require.False(t, knew.IsZero(), "the new holder was not told of its loss by the time another Client held")
+	t.Logf("partition at 0; the handed Permit's holder told at %v; the other Client held at %v",
+		knew.Sub(start).Round(time.Millisecond), held.Sub(start).Round(time.Millisecond))
+	assert.True(t, knew.Before(held))
+	assert.ErrorIs(t, context.Cause(hctx), dlock.ErrLost)
+	assert.Zero(t, q.Token(), "a token issued through the partition")
+
+	proxy.Heal()
+	assert.ErrorIs(t, q.Release(ctx), dlock.ErrLost)
+	assert.Greater(t, r.Token(), p.Token())
+	require.NoError(t, r.Release(ctx))
+}
+
+// A permit cohort that ends (here after one local handoff) queues the
+// Acquires of its Client that waited for a handoff, in their order, in its
+// release's own script: the first is granted the permit at once, and the
+// releaser's next Acquire comes after them all.
+func TestSemaphoreCohort_CohortEnds_ItsLocalWaitersQueuedInOrder_AheadOfTheReleaser(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	s := c.Semaphore(n, dlock.WithPermitCohort(1, time.Minute))
+	require.NoError(t, s.SetPermits(ctx, 1))
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	var order []int
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	got := make([]chan *dlock.Permit, 4)
+	for i := range 3 {
+		got[i] = make(chan *dlock.Permit, 1)
+		wg.Go(func() {
+			q, err := s.Acquire(ctx, 1)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			got[i] <- q
+		})
+		require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == i+1 }, 5*time.Second, time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	require.Zero(t, rdb.ZCard(ctx, key(n)+":q").Val(), "an Acquire queued in Redis while the cohort runs")
+
+	require.NoError(t, p.Release(ctx)) // to waiter 0, locally: the cohort's one handoff
+	q0 := servedWithin(t, got[0], 2*time.Second, "waiter 0 was not handed the permit")
+	require.Equal(t, dlock.PermitGrant(p), dlock.PermitGrant(q0))
+	require.NoError(t, q0.Release(ctx)) // the cohort ends: 1 and 2 queue, 1 is granted
+	q1 := servedWithin(t, got[1], 2*time.Second, "waiter 1 was not served when the cohort ended")
+	assert.NotEqual(t, dlock.PermitGrant(p), dlock.PermitGrant(q1))
+	// The releaser asks again: behind waiter 2.
+	got[3] = make(chan *dlock.Permit, 1)
+	wg.Go(func() {
+		q, err := s.Acquire(ctx, 1)
+		if !assert.NoError(t, err) {
+			return
+		}
+		mu.Lock()
+		order = append(order, 3)
+		mu.Unlock()
+		got[3] <- q
+	})
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
+	// (q1's grant came from Redis: a cohort of its own, whose handoff the
+	// releaser's Acquire waits for, behind waiter 2.)
+	require.NoError(t, q1.Release(ctx))
+	q2 := servedWithin(t, got[2], 2*time.Second, "waiter 2 was not served")
+	require.NoError(t, q2.Release(ctx))
+	q3 := servedWithin(t, got[3], 2*time.Second, "the releaser's next Acquire was not served")
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3}, order)
+	assert.Less(t, p.Token(), q0.Token())
+	assert.Less(t, q0.Token(), q1.Token())
+	assert.Less(t, q1.Token(), q2.Token())
+	assert.Less(t, q2.Token(), q3.Token())
+	require.NoError(t, q3.Release(ctx))
+	require.Eventually(t, func() bool {
+		return rdb.ZCard(ctx, key(n)+":h").Val() == 0 && rdb.ZCard(ctx, key(n)+":q").Val() == 0
+	}, 2*time.Second, time.Millisecond, "permits or places left in Redis")
 }

@@ -79,6 +79,18 @@ local function purge(M, H, C, Q, QE, now)
   return #gone + #left
 end
 
+-- Queue request id at the tail of the queue, by the next arrival number.
+local function enqueue(M, Q, id)
+  -- Arrival numbers only grow, even after M expired under a queue.
+  local seq = redis.call('HINCRBY', M, 'seq', 1)
+  local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
+  if last[2] and tonumber(last[2]) >= seq then
+    seq = tonumber(last[2]) + 1
+    redis.call('HSET', M, 'seq', seq)
+  end
+  redis.call('ZADD', Q, seq, id)
+end
+
 -- Free permits (may be negative after the total was lowered) and the total,
 -- or nil when the total was never set.
 local function available(M)

@@ -3,9 +3,15 @@
 -- KEYS[1..6]  M, H, C, Q, QE (see sem_common.lua), and the channel
 -- ARGV[1]     the permit ID
 -- ARGV[2]     the releasing Client's ID, for the release message
+-- ARGV[3..]   optional, at the end of a permit cohort (semaphore.go): the
+--             waiting mark lease in ms, then the requests of the Client's
+--             Acquires that waited for a local handoff, as pairs of the
+--             request ID and the permits it needs, in their order
 --
 -- Returns {permits returned, messages...}: -1 when the permit is not held
 -- (a second release, or its lease expired); then nothing changes. The
+-- requests listed are queued at the tail, in their order (and so ahead of
+-- the releasing caller's next request), with waiting marks. Then the
 -- permits returned go at once to the waiters they serve (grant_servable in
 -- sem_common.lua); the messages, one per waiter served, say so.
 --#include sem_common.lua
@@ -22,6 +28,16 @@ local n = tonumber(redis.call('HGET', C, id) or '0')
 redis.call('HINCRBY', M, 'used', -n)
 redis.call('ZREM', H, id)
 redis.call('HDEL', C, id)
+if #ARGV >= 5 then
+  local mark = tonumber(ARGV[3])
+  for i = 4, #ARGV - 1, 2 do
+    if not redis.call('ZSCORE', Q, ARGV[i]) then
+      enqueue(M, Q, ARGV[i])
+    end
+    redis.call('HSET', C, ARGV[i], ARGV[i + 1])
+    redis.call('ZADD', QE, now + mark, ARGV[i])
+  end
+end
 local reply = {n}
 for _, msg in ipairs(grant_servable(M, H, C, Q, QE, CH, ARGV[2], now, v[5])) do
   reply[#reply + 1] = msg

@@ -58,14 +58,7 @@ local added = 0
 if mark > 0 then
   if not rank then
     redis.call('HSET', M, 'k', 'semaphore')
-    -- Arrival numbers only grow, even after M expired under a queue.
-    local seq = redis.call('HINCRBY', M, 'seq', 1)
-    local last = redis.call('ZRANGE', Q, -1, -1, 'WITHSCORES')
-    if last[2] and tonumber(last[2]) >= seq then
-      seq = tonumber(last[2]) + 1
-      redis.call('HSET', M, 'seq', seq)
-    end
-    redis.call('ZADD', Q, seq, id)
+    enqueue(M, Q, id)
     added = 1
   end
   -- Each try records the need again: C may have expired (see above).
