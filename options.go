@@ -468,8 +468,9 @@ func WithRenewedPermitLease(d time.Duration) SemaphoreOption {
 // round trip to Redis before it returns, at most maxHandoffs times in a row
 // and while less than maxTime has passed since Redis granted the permits;
 // then they go back to Redis, and to the requests queued there in arrival
-// order. An Acquire called while such a cohort of its Client runs waits
-// for its handoff without a round trip; if the cohort ends first, the
+// order. An Acquire called while such a cohort of its Client runs, and
+// other Acquires of the Client wait too, waits for its handoff without a
+// round trip; if the cohort ends first, the
 // release that ends it queues the Acquire in Redis (behind the requests
 // queued there, ahead of the releasing goroutine's next one), and after
 // maxTime at the latest it queues on its own. A request on another Client
@@ -493,8 +494,11 @@ func WithRenewedPermitLease(d time.Duration) SemaphoreOption {
 // began (not reserved at the Redis grant, as a Mutex cohort's are, since
 // other Clients take permits meanwhile), so Permit.Token, and the Permit's
 // Release, wait for that reply, which the holder has usually had for long.
-// A Client WithSyncReplicas hands no Permit on: a handed Permit's token
-// would be issued without a WAIT.
+// A Permit goes only to an Acquire on a handle whose lease is renewed and
+// as long (an Acquire on a handle WithPermitLease, or with another
+// WithRenewedPermitLease, is served from Redis). A Client WithSyncReplicas
+// hands no Permit on: a handed Permit's token would be issued without a
+// WAIT.
 func WithPermitCohort(maxHandoffs int, maxTime time.Duration) SemaphoreOption {
 	return semOption(func(c *semConfig) {
 		if maxHandoffs <= 0 {

@@ -92,7 +92,7 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	}
 	if err := s.h.LostAlready("release", p.l); err != nil {
 		p.done = true
-		s.chains.remove(s.ck, p)
+		s.endLost(p)
 		return err
 	}
 	if s.passLocal(p) {
@@ -101,13 +101,20 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	}
 	// A cohort that ends queues its local waiters in Redis, in its
 	// release's own script: behind those queued already, ahead of the
-	// caller's next request. They are woken to keep their places (or, if
-	// the script did not queue them, to try).
+	// caller's next request. Until the reply they are handed no Permit,
+	// and a try of theirs waits for it (tryEnding, semTry.claim): a try
+	// could be granted free permits, which the script would then queue the
+	// request for once more. Then they are woken to keep their places (or,
+	// if the script did not queue them, to try).
 	var local []*wait.Waiter
 	var enqueue []any
 	if p.chained {
 		s.chains.remove(s.ck, p) // first: an Acquire from now on tries in Redis
-		local, _ = s.h.C.Waits.EndCohort(s.h.Channel, s.ck)
+		local, _ = s.h.C.Waits.EndCohort(s.h.Channel, s.ck, func(w *wait.Waiter) {
+			t := w.Cohort().(*semTry)
+			t.ended = make(chan struct{})
+			t.state.Store(tryEnding)
+		})
 		for _, w := range local {
 			t := w.Cohort().(*semTry)
 			enqueue = append(enqueue, t.id, t.n)
@@ -118,18 +125,13 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 	sent := time.Now()
 	n, err := s.release(ctx, p.id, enqueue...)
 	if len(local) > 0 {
+		for _, w := range local {
+			t := w.Cohort().(*semTry)
+			t.state.Store(tryIdle)
+			close(t.ended)
+		}
 		for _, place := range s.h.C.Waits.WakeEnded(local, err == nil && n >= 0, sent) {
 			s.cancel(ctx, place) // it gave up meanwhile: its place goes
-		}
-		if err == nil && n >= 0 {
-			// Another cohort of the Client may have handed one a Permit
-			// after EndCohort: the script queued it all the same (its
-			// sem_pass may have run first), and its place goes too.
-			for _, w := range local {
-				if t := w.Cohort().(*semTry); t.state.Load() == tryLocal {
-					s.cancel(ctx, t.id)
-				}
-			}
 		}
 	}
 	if err == nil {
@@ -189,8 +191,10 @@ func (s *Semaphore) passLocal(p *Permit) bool {
 	var to *semTry
 	w := c.Waits.PickCohort(s.h.Channel, s.ck, func(w *wait.Waiter) (*lease.Hold, bool) {
 		t, ok := w.Cohort().(*semTry)
-		if !ok || t.n != p.n {
-			return nil, true // it wants another number of permits
+		if !ok || t.n != p.n || t.ttl() != p.l.TTL {
+			// It wants another number of permits, or a lease of
+			// another length (WithRenewedPermitLease).
+			return nil, true
 		}
 		if !t.state.CompareAndSwap(tryIdle, tryLocal) {
 			return nil, true // it is taking a grant from Redis
@@ -203,7 +207,7 @@ func (s *Semaphore) passLocal(p *Permit) bool {
 			t.state.Store(tryIdle)
 			return nil, false
 		}
-		np = &Permit{s: s, id: p.id, n: p.n, l: nl, issued: make(chan struct{}), chained: true, passes: p.passes + 1, since: p.since}
+		np = &Permit{s: t.s, id: p.id, n: p.n, l: nl, issued: make(chan struct{}), chained: true, passes: p.passes + 1, since: p.since}
 		t.p, to = np, t
 		return nl, false
 	})
@@ -246,9 +250,22 @@ func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 	}
 	if token <= 0 {
 		s.h.C.WD.Lose(&np.l.Lease, errPassedGone)
+		s.endLost(np)
 		return
 	}
 	np.token = uint64(token)
+}
+
+// endLost ends the permit cohort of p, a Permit found lost: the Acquires
+// that waited for it to hand them a Permit try in Redis now, rather than at
+// their time bound.
+func (s *Semaphore) endLost(p *Permit) {
+	if !p.chained {
+		return
+	}
+	s.chains.remove(s.ck, p)
+	local, _ := s.h.C.Waits.EndCohort(s.h.Channel, s.ck, nil)
+	s.h.C.Waits.WakeEnded(local, false, time.Time{})
 }
 
 // mayPass reports whether p's Release may still hand it on locally: it is
@@ -303,14 +320,14 @@ func (pc *permitChains) remove(ck string, p *Permit) {
 	}
 }
 
-// runs reports whether a Permit of n permits of the semaphore ck may still
-// be handed on. (One lost and never released stays recorded, and is
-// passed over, until the Client closes.)
-func (pc *permitChains) runs(ck string, n int) bool {
+// runs reports whether a Permit of n permits of the semaphore ck, on a
+// lease of ttl, may still be handed on. (One lost and never released stays
+// recorded, and is passed over, until the Client closes.)
+func (pc *permitChains) runs(ck string, n int, ttl time.Duration) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	for p := range pc.by[ck] {
-		if p.n == n && p.mayPass() {
+		if p.n == n && p.l.TTL == ttl && p.mayPass() {
 			return true
 		}
 	}

@@ -222,14 +222,18 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 	}
 	t := &semTry{s: s, id: wire.PermitID(s.h.C.ID), n: n}
 	as := wait.As{ID: t.id}
-	if block && s.cohort.Max > 0 {
+	if ttl, renew := s.h.Terms(); block && s.cohort.Max > 0 && renew {
 		// A Permit's Release may hand it to t (passLocal). While a cohort
 		// of the Client that could runs, t waits for that only, with no
 		// place in Redis, until the cohort ends (whose release queues t in
 		// Redis) or for the time bound at most.
-		runs := func() bool { return s.chains.runs(s.ck, n) }
+		// Only when others of the Client wait too: the permits are most
+		// likely all taken then (else the first try, which Run skips for
+		// the same reason, would take free permits at once).
+		runs := func() bool { return s.chains.runs(s.ck, n, ttl) }
 		as.Cohort, as.Place = t, t.id
-		as.Local, as.LocalFor, as.CohortRuns = runs(), s.cohort.MaxTime, runs
+		as.Local = s.h.C.Waits.Has(s.h.Channel) && runs()
+		as.LocalFor, as.CohortRuns = s.cohort.MaxTime, runs
 	}
 	a := s.h.NewAcquisition(ctx, t, op, block, as)
 	if as.Local {
@@ -241,7 +245,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 	}
 	// A release grants queued requests their permits (sem_release.lua).
 	a.As.Handed = func(token uint64) (bool, error) {
-		if !t.state.CompareAndSwap(tryIdle, tryRedis) {
+		if !t.claim() {
 			return false, nil // handed a Permit locally: the wait takes it
 		}
 		ok, err := a.TakeHanded(token, func(token uint64) error { return t.keep(a, token) })
@@ -335,22 +339,48 @@ type semTry struct {
 	s     *Semaphore
 	id    string
 	n     int
-	p     *Permit      // once granted
-	unset bool         // the last try found the total never set
-	state atomic.Int32 // tryIdle, tryRedis or tryLocal
+	p     *Permit       // once granted
+	unset bool          // the last try found the total never set
+	state atomic.Int32  // tryIdle, tryRedis, tryLocal or tryEnding
+	ended chan struct{} // made before state turns tryEnding; closed once it is over
 }
 
 // A semTry's state: a grant from Redis (a try's, or a release's message)
 // and a local handoff (passLocal) exclude each other, since permits, unlike
 // a lock, can be granted in Redis while a cohort of the Client runs.
 const (
-	tryIdle  = iota // neither under way
-	tryRedis        // a try, or the taking of a handed grant, is under way, or took the permits
-	tryLocal        // a Permit was handed to it locally
+	tryIdle   = iota // neither under way
+	tryRedis         // a try, or the taking of a handed grant, is under way, or took the permits
+	tryLocal         // a Permit was handed to it locally
+	tryEnding        // the release that ends the permit cohort it waited for queues it in Redis
 )
 
+// ttl is the lease of the Permits t's handle takes.
+func (t *semTry) ttl() time.Duration {
+	ttl, _ := t.s.h.Terms()
+	return ttl
+}
+
+// claim takes t for a grant from Redis (a try, or a grant message): false
+// when a local handoff has handed t a Permit (its wake-up follows). A
+// handoff claims t under the wait registry's lock and lets it go again if
+// it fails: claim waits that out before it reports false. While the release
+// that ends a cohort queues t, claim waits for its reply: a try before it
+// could take free permits the release would then queue t for again.
+func (t *semTry) claim() bool {
+	if t.state.CompareAndSwap(tryIdle, tryRedis) {
+		return true
+	}
+	if t.state.Load() == tryEnding {
+		<-t.ended
+	} else {
+		t.s.h.C.Waits.Settle()
+	}
+	return t.state.CompareAndSwap(tryIdle, tryRedis)
+}
+
 func (t *semTry) Try(a *engine.Acquisition) (bool, time.Duration, error) {
-	if !t.state.CompareAndSwap(tryIdle, tryRedis) {
+	if !t.claim() {
 		return false, 0, nil // handed a Permit locally: the wait's wake-up follows
 	}
 	ok, left, err := t.try(a)

@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"net"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -72,24 +73,25 @@ func TestSemaphoreCohort_ReleaseHandsThePermitOn_BeforeAnyRoundTrip_TokenIssuedA
 	tries := &scriptCalls{s: scripts.SemTry}
 	rdb.AddHook(tries)
 	s, p := cohortPermitHeld(t, ctx, c, n)
+	// The first waiter queues in Redis; the second, with another of its
+	// Client waiting, waits for a handoff only, and sends nothing.
+	got1 := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
 	triedBefore := tries.n.Load()
-	got := localSemWaiter(t, ctx, rdb, c, s, n, 1, 0)
+	got2 := localSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
 
 	require.NoError(t, p.Release(ctx))
-	q := servedWithin(t, got, 2*time.Second, "the waiter of the releasing Client was not handed the permit")
-	// It holds with sem_pass still held back by the gate: it sent nothing
-	// (it waited for the handoff, with no place in Redis), and no release
-	// went to Redis.
+	q1 := servedWithin(t, got1, 2*time.Second, "the first waiter was not handed the permit")
+	// It holds with sem_pass still held back by the gate: no round trip
+	// came before it, and no release went to Redis.
 	assert.Zero(t, releases.n.Load(), "the permit went back to Redis")
-	assert.Equal(t, triedBefore, tries.n.Load(), "the waiter tried in Redis")
-	assert.Equal(t, dlock.PermitGrant(p), dlock.PermitGrant(q), "the new Permit holds on another grant")
+	assert.Equal(t, dlock.PermitGrant(p), dlock.PermitGrant(q1), "the new Permit holds on another grant")
 	require.Eventually(t, func() bool { return gate.n.Load() == 1 }, 2*time.Second, time.Millisecond)
 
 	// Its Token, and its Release, wait for sem_pass's reply.
 	tok := make(chan uint64, 1)
-	go func() { tok <- q.Token() }()
+	go func() { tok <- q1.Token() }()
 	rel := make(chan error, 1)
-	go func() { rel <- q.Release(ctx) }()
+	go func() { rel <- q1.Release(ctx) }()
 	select {
 	case v := <-tok:
 		t.Fatalf("Token returned %d before its token was issued", v)
@@ -99,10 +101,18 @@ func TestSemaphoreCohort_ReleaseHandsThePermitOn_BeforeAnyRoundTrip_TokenIssuedA
 	}
 	assert.Equal(t, []string{dlock.PermitGrant(p)}, rdb.ZRange(ctx, key(n)+":h", 0, -1).Val())
 	gate.Open()
-	assert.Greater(t, <-tok, p.Token(), "the handed Permit's token is not above its predecessor's")
+	tok1 := <-tok
+	assert.Greater(t, tok1, p.Token(), "the handed Permit's token is not above its predecessor's")
 	require.NoError(t, <-rel)
+	q2 := servedWithin(t, got2, 2*time.Second, "the second waiter was not handed the permit")
+	assert.Equal(t, dlock.PermitGrant(p), dlock.PermitGrant(q2))
+	assert.Greater(t, q2.Token(), tok1)
+	assert.Equal(t, triedBefore, tries.n.Load(), "the local waiter tried in Redis")
+	assert.Zero(t, releases.n.Load(), "the permit went back to Redis")
+	assert.Zero(t, rdb.ZCard(ctx, key(n)+":q").Val(), "the first waiter's place is still queued")
+
+	require.NoError(t, q2.Release(ctx))
 	assert.Positive(t, releases.n.Load())
-	assert.Zero(t, rdb.ZCard(ctx, key(n)+":q").Val(), "the served waiter's place is still queued")
 	assert.Zero(t, rdb.ZCard(ctx, key(n)+":h").Val())
 	avail, err := s.Available(ctx)
 	require.NoError(t, err)
@@ -130,8 +140,9 @@ func TestSemaphoreCohort_Off_ReleaseGoesToRedis(t *testing.T) {
 }
 
 // localSemWaiter starts an Acquire of n permits on s and returns once it
-// waits in c's registry (the (local+1)th there) with no place in Redis: it
-// waits for a local handoff of a running permit cohort.
+// waits in c's registry (the (local+1)th there) without a place in Redis
+// (queued there still: the others'): it waits for a local handoff of a
+// running permit cohort.
 func localSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dlock.Client, s *dlock.Semaphore, name string, n, local int) <-chan *dlock.Permit {
 	t.Helper()
 	got := make(chan *dlock.Permit, 1)
@@ -141,8 +152,9 @@ func localSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dlo
 		got <- p
 	}()
 	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == local+1 }, 5*time.Second, time.Millisecond)
+	queued := rdb.ZCard(ctx, key(name)+":q").Val()
 	time.Sleep(20 * time.Millisecond)
-	require.Zero(t, rdb.ZCard(ctx, key(name)+":q").Val(), "an Acquire queued in Redis while a permit cohort of its Client runs")
+	require.Equal(t, queued, rdb.ZCard(ctx, key(name)+":q").Val(), "an Acquire queued in Redis while a permit cohort of its Client runs")
 	return got
 }
 
@@ -362,7 +374,7 @@ func TestSemaphoreCohort_HandedPermitGoneFromRedis_LostWithoutAToken(t *testing.
 	rdb := e.rdb(gate)
 	c := e.client(rdb)
 	s, p := cohortPermitHeld(t, ctx, c, n)
-	got := localSemWaiter(t, ctx, rdb, c, s, n, 1, 0)
+	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
 	// The permit's lease runs out on the server, unknown to its holder.
 	require.NoError(t, rdb.ZAdd(ctx, key(n)+":h", redis.Z{Score: 1, Member: dlock.PermitGrant(p)}).Err())
 	require.NoError(t, p.Release(ctx))
@@ -433,7 +445,7 @@ func TestFault_SemaphoreCohort_PartitionedLocalHandoff_HolderToldBeforeAnotherCl
 	granted := time.Now()
 	p, err := s.Acquire(ctx, 1)
 	require.NoError(t, err)
-	got := localSemWaiter(t, ctx, e.rdb(), c, s, n, 1, 0)
+	got := queuedSemWaiter(t, ctx, e.rdb(), c, s, n, 1, 1)
 	// Well into the lease, before its first renewal (a third of the
 	// timeout): a handoff that gave the new holder a lease of its own would
 	// outlive the one in Redis by this much.
@@ -497,7 +509,9 @@ func TestSemaphoreCohort_CohortEnds_ItsLocalWaitersQueuedInOrder_AheadOfTheRelea
 		require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == i+1 }, 5*time.Second, time.Millisecond)
 	}
 	time.Sleep(20 * time.Millisecond)
-	require.Zero(t, rdb.ZCard(ctx, key(n)+":q").Val(), "an Acquire queued in Redis while the cohort runs")
+	// Waiter 0 queued in Redis; 1 and 2, behind another of their Client,
+	// wait for a handoff.
+	require.EqualValues(t, 1, rdb.ZCard(ctx, key(n)+":q").Val(), "an Acquire queued in Redis while the cohort runs")
 
 	require.NoError(t, p.Release(ctx)) // to waiter 0, locally: the cohort's one handoff
 	q0 := servedWithin(t, got[0], 2*time.Second, "waiter 0 was not handed the permit")
@@ -534,4 +548,190 @@ func TestSemaphoreCohort_CohortEnds_ItsLocalWaitersQueuedInOrder_AheadOfTheRelea
 	require.Eventually(t, func() bool {
 		return rdb.ZCard(ctx, key(n)+":h").Val() == 0 && rdb.ZCard(ctx, key(n)+":q").Val() == 0
 	}, 2*time.Second, time.Millisecond, "permits or places left in Redis")
+}
+
+// An Acquire on a handle WithPermitLease (a fixed lease, never renewed) is
+// never handed a Permit locally: a renewed one would never run out.
+func TestSemaphoreCohort_FixedLeaseWaiter_NotHandedARenewedPermit(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	renewed := c.Semaphore(n, dlock.WithPermitCohort(0, time.Minute))
+	fixed := c.Semaphore(n, dlock.WithPermitLease(500*time.Millisecond))
+	require.NoError(t, renewed.SetPermits(ctx, 1))
+	p, err := renewed.Acquire(ctx, 1)
+	require.NoError(t, err)
+	got := queuedSemWaiter(t, ctx, rdb, c, fixed, n, 1, 1)
+	require.NoError(t, p.Release(ctx))
+	q := servedWithin(t, got, 2*time.Second, "the fixed-lease waiter was not served")
+	assert.NotEqual(t, dlock.PermitGrant(p), dlock.PermitGrant(q), "handed the renewed Permit locally")
+	within(t, q.Lost(), 2*time.Second, "the fixed lease's end")
+	// (Lost fires a little before the lease ends on the server's clock.)
+	require.Eventually(t, func() bool {
+		avail, err := fixed.Available(ctx)
+		return err == nil && avail == 1
+	}, 2*time.Second, 10*time.Millisecond, "the fixed-lease permit is still taken after its lease")
+}
+
+// dialGate fails every dial while armed, after holding the first until
+// released.
+type dialGate struct {
+	armed   atomic.Bool
+	dialing chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *dialGate) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if g.armed.Load() {
+			g.once.Do(func() { close(g.dialing); <-g.release })
+			return nil, errors.New("dial refused (test)")
+		}
+		return next(ctx, network, addr)
+	}
+}
+func (g *dialGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *dialGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A Permit handed to an Acquire while it subscribes, a subscription that
+// then fails, is given back (it was once renewed, held by nobody, until the
+// Client closed).
+func TestSemaphoreCohort_HandedWhileTheSubscriptionFails_GivenBack(t *testing.T) {
+	e := realEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	g := &dialGate{dialing: make(chan struct{}), release: make(chan struct{})}
+	rdb := e.rdb(g)
+	c := e.client(rdb) // (a 30 s lease: a Permit nobody gives back stays taken)
+	s := c.Semaphore(n, dlock.WithPermitCohort(0, time.Minute))
+	require.NoError(t, s.SetPermits(ctx, 1))
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	// Idle connections in the pool, then dials fail: the first is the
+	// pub/sub connection's.
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() { _ = rdb.Do(ctx, "DEBUG", "SLEEP", "0.05").Err() })
+	}
+	wg.Wait()
+	g.armed.Store(true)
+	res := make(chan error, 1)
+	go func() {
+		q, err := s.Acquire(ctx, 1)
+		if err == nil {
+			err = q.Release(ctx)
+		}
+		res <- err
+	}()
+	<-g.dialing // the waiter is in the registry, and subscribes
+	require.NoError(t, p.Release(ctx))
+	close(g.release)
+	err = <-res
+	g.armed.Store(false)
+	require.Error(t, err, "the Acquire whose subscription failed")
+	require.Eventually(t, func() bool {
+		avail, err := s.Available(ctx)
+		return err == nil && avail == 1
+	}, 2*time.Second, 10*time.Millisecond, "the Permit handed to the failed Acquire is still taken")
+}
+
+// The release that ends a permit cohort queues the cohort's local waiters
+// one round trip after it took them from the registry. Meanwhile they must
+// not try on their own: a try granted free permits, and then queued again
+// by the release, would count the permits twice (used forever).
+func TestSemaphoreCohort_EndedCohortsWaiter_DoesNotTryBeforeTheReleaseQueuesIt(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	gate := newScriptGate(t, scripts.SemRelease)
+	rdb := e.rdb(gate)
+	c, d := e.client(rdb), e.client(e.rdb())
+	sa := c.Semaphore(n, dlock.WithPermitCohort(4, 50*time.Millisecond))
+	sw := c.Semaphore(n, dlock.WithPermitCohort(4, 300*time.Millisecond))
+	require.NoError(t, sa.SetPermits(ctx, 2))
+	p, err := sa.Acquire(ctx, 1)
+	require.NoError(t, err)
+	p2, err := d.Semaphore(n).Acquire(ctx, 1)
+	require.NoError(t, err)
+	// A request for more than the total: it waits, holds nobody back, and
+	// makes the next Acquire of c wait for p's cohort locally.
+	big, cancelBig := context.WithCancel(ctx)
+	bigDone := make(chan struct{})
+	go func() {
+		defer close(bigDone)
+		_, err := sa.Acquire(big, 3)
+		assert.ErrorIs(t, err, dlock.ErrNotObtained)
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	got := make(chan *dlock.Permit, 1)
+	go func() {
+		q, err := sw.Acquire(ctx, 1)
+		assert.NoError(t, err)
+		got <- q
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // p's cohort is past its 50 ms; the waiter's 300 ms are not over
+	rel := make(chan error, 1)
+	go func() { rel <- p.Release(ctx) }() // ends the cohort; its sem_release is held
+	require.Eventually(t, func() bool { return gate.n.Load() == 1 }, 5*time.Second, time.Millisecond)
+	// Another Client frees a permit while the waiter's time bound runs out.
+	require.NoError(t, p2.Release(ctx))
+	time.Sleep(300 * time.Millisecond)
+	gate.Open()
+	q := servedWithin(t, got, 2*time.Second, "the waiter was not served")
+	require.NoError(t, <-rel)
+	require.NoError(t, q.Release(ctx))
+	cancelBig()
+	<-bigDone
+	require.Eventually(t, func() bool {
+		avail, err := d.Semaphore(n).Available(ctx)
+		return err == nil && avail == 2
+	}, 2*time.Second, 10*time.Millisecond, "permits counted as used with nothing held")
+}
+
+// With permits free, an Acquire on a Client whose Permit runs a cohort
+// takes one at once rather than wait for the cohort's handoff.
+func TestSemaphoreCohort_PermitsFree_AcquireDoesNotWaitForTheCohort(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	s := c.Semaphore(n, dlock.WithPermitCohort(4, 2*time.Second))
+	require.NoError(t, s.SetPermits(ctx, 10))
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	start := time.Now()
+	q, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "an Acquire waited while 9 permits were free")
+	assert.NotEqual(t, dlock.PermitGrant(p), dlock.PermitGrant(q))
+	require.NoError(t, q.Release(ctx))
+	require.NoError(t, p.Release(ctx))
+}
+
+// A handed Permit turns out lost (its grant gone from Redis), and its
+// holder releases it: the cohort's other local waiter tries at once, rather
+// than wait out its handle's time bound (a minute here) with the permit
+// free.
+func TestSemaphoreCohort_LostCohortPermitReleased_ItsLocalWaiterTries(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	s, p := cohortPermitHeld(t, ctx, c, n)
+	got1 := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+	got2 := localSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+	require.NoError(t, rdb.ZAdd(ctx, key(n)+":h", redis.Z{Score: 1, Member: dlock.PermitGrant(p)}).Err())
+	require.NoError(t, p.Release(ctx)) // to waiter 1, which its token's script finds lost
+	q := servedWithin(t, got1, 2*time.Second, "waiter 1 was not handed the permit")
+	within(t, q.Lost(), 2*time.Second, "the handed Permit's loss")
+	require.ErrorIs(t, q.Release(ctx), dlock.ErrLost)
+	r := servedWithin(t, got2, 3*time.Second, "waiter 2 still waits locally, with the permit free")
+	require.NoError(t, r.Release(ctx))
 }

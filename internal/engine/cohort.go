@@ -184,7 +184,7 @@ func (c *Core) cohortLost(l *lease.Hold) {
 		s, _ := c.Waits.CohortAt(channel, l.Key).(*Slot)
 		if h := s.get(); h == nil || h.Spec.ID == l.Spec.ID || !c.WD.IsHeld(&h.Lease) {
 			// (Else a newer cohort runs, and its waiters wait for it.)
-			ws, _ := c.Waits.EndCohort(channel, l.Key)
+			ws, _ := c.Waits.EndCohort(channel, l.Key, nil)
 			c.Waits.WakeEnded(ws, false, time.Time{})
 		}
 		c.dropServed(ctx, l)

@@ -197,7 +197,7 @@ func (m *Mutex) Release(ctx context.Context, l *lease.Hold, op string) error {
 		// (and so ahead of the caller should it lock again); then they are
 		// woken to take their places (cohort.go).
 		c.Waits.ClearCohort(m.h.Channel, m.slot)
-		local, enqueue = c.Waits.EndCohort(m.h.Channel, m.h.Key)
+		local, enqueue = c.Waits.EndCohort(m.h.Channel, m.h.Key, nil)
 		if hook := c.Hooks.BeforeCohortRelease; hook != nil && len(local) > 0 {
 			hook()
 		}

@@ -13,8 +13,9 @@ import (
 // whose script queues them there; WakeEnded then wakes them to start their
 // marks (or, if the script did not queue them, to try). They may wait on any handle of
 // the name: one that ran the cohort earlier and passed it on leaves its
-// local waiters to the cohort's next holders.
-func (r *Registry) EndCohort(channel, key string) (ws []*Waiter, places []string) {
+// local waiters to the cohort's next holders. taken, when set, is called
+// for each under the registry's lock, before any of them can act.
+func (r *Registry) EndCohort(channel, key string, taken func(w *Waiter)) (ws []*Waiter, places []string) {
 	if r.count.Load() == 0 {
 		return nil, nil
 	}
@@ -24,6 +25,9 @@ func (r *Registry) EndCohort(channel, key string) (ws []*Waiter, places []string
 		for w := q.head; w != nil; w = w.next {
 			if w.cohort != nil && w.cohort.CohortKey() == key && w.local && w.grant == nil {
 				w.local = false
+				if taken != nil {
+					taken(w)
+				}
 				ws, places = append(ws, w), append(places, w.place)
 			}
 		}
@@ -172,4 +176,12 @@ func (r *Registry) PickCohort(channel, key string, give func(w *Waiter) (h *leas
 		return w
 	}
 	return nil
+}
+
+// Settle returns once any PickCohort under way has returned: a waiter that
+// a pick's give claimed and then let go (its handoff failed) is free again
+// by then.
+func (r *Registry) Settle() {
+	r.mu.Lock()
+	defer r.mu.Unlock() // (the lock is the point: picks hold it throughout)
 }

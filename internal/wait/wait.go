@@ -151,6 +151,11 @@ func (l *Loop) Wait(ctx context.Context, op, name, channel string, as As, left t
 	cancel()
 	if err != nil {
 		l.Reg.Leave(w, false)
+		if w.grant != nil {
+			// A local handoff reached it while it subscribed, which can
+			// take seconds: it gives the hold back, as below.
+			as.Cohort.Abandon(w.grant)
+		}
 		return errs.FromWait(op, name, err)
 	}
 	acquired := false
