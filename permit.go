@@ -25,6 +25,9 @@ type Permit struct {
 	id string // the Redis grant it holds on: its own, or a cohort's
 	n  int
 	l  *lease.Hold // nil for a Permit of no permits
+	// The lease it was granted on (l.TTL, which Extend changes): what an
+	// Acquire it may be handed to must take.
+	ttl time.Duration
 
 	// Its fencing token. A Permit handed on locally gets its token from a
 	// script sent as it is handed on (issue); until the reply, issued is
@@ -191,7 +194,7 @@ func (s *Semaphore) passLocal(p *Permit) bool {
 	var to *semTry
 	w := c.Waits.PickCohort(s.h.Channel, s.ck, func(w *wait.Waiter) (*lease.Hold, bool) {
 		t, ok := w.Cohort().(*semTry)
-		if !ok || t.n != p.n || t.ttl() != p.l.TTL {
+		if !ok || t.n != p.n || t.ttl() != p.ttl {
 			// It wants another number of permits, or a lease of
 			// another length (WithRenewedPermitLease).
 			return nil, true
@@ -200,14 +203,14 @@ func (s *Semaphore) passLocal(p *Permit) bool {
 			return nil, true // it is taking a grant from Redis
 		}
 		l := p.l
-		nl := lease.NewHold(context.Background(), s.h.Name, s.h.Kind, l.Key, l.Spec, l.TTL, true, l.Start)
+		nl := lease.NewHold(context.Background(), s.h.Name, s.h.Kind, l.Key, l.Spec, p.ttl, true, l.Start)
 		nl.Extra = l.Extra
 		if !c.WD.Pass(&l.Lease, &nl.Lease) {
 			// Extended, lost, fixed, or too little of its lease left.
 			t.state.Store(tryIdle)
 			return nil, false
 		}
-		np = &Permit{s: t.s, id: p.id, n: p.n, l: nl, issued: make(chan struct{}), chained: true, passes: p.passes + 1, since: p.since}
+		np = &Permit{s: t.s, id: p.id, n: p.n, l: nl, ttl: p.ttl, issued: make(chan struct{}), chained: true, passes: p.passes + 1, since: p.since}
 		t.p, to = np, t
 		return nl, false
 	})
@@ -232,7 +235,7 @@ func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 	defer close(np.issued)
 	// (Past its lease the Permit is lost whatever the reply: its token
 	// is worth no longer a wait.)
-	ctx, cancel := context.WithTimeout(ctx, np.l.TTL)
+	ctx, cancel := context.WithTimeout(ctx, np.ttl)
 	defer cancel()
 	res, err := s.h.C.Script(ctx, scripts.SemPass, s.h.Keys, np.id, waiter, s.h.C.ID).Slice()
 	if err != nil {
@@ -327,7 +330,7 @@ func (pc *permitChains) runs(ck string, n int, ttl time.Duration) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	for p := range pc.by[ck] {
-		if p.n == n && p.l.TTL == ttl && p.mayPass() {
+		if p.n == n && p.ttl == ttl && p.mayPass() {
 			return true
 		}
 	}

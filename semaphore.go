@@ -227,12 +227,15 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 		// of the Client that could runs, t waits for that only, with no
 		// place in Redis, until the cohort ends (whose release queues t in
 		// Redis) or for the time bound at most.
-		// Only when others of the Client wait too: the permits are most
-		// likely all taken then (else the first try, which Run skips for
-		// the same reason, would take free permits at once).
+		// Only when another Acquire of the Client for as many permits
+		// waits too: the permits are most likely all taken then (else a
+		// try would take free ones at once).
 		runs := func() bool { return s.chains.runs(s.ck, n, ttl) }
 		as.Cohort, as.Place = t, t.id
-		as.Local = s.h.C.Waits.Has(s.h.Channel) && runs()
+		as.Local = runs() && s.h.C.Waits.AnyCohort(s.h.Channel, s.ck, func(c wait.Cohort) bool {
+			o, ok := c.(*semTry)
+			return ok && o.n == n && o.ttl() == ttl
+		})
 		as.LocalFor, as.CohortRuns = s.cohort.MaxTime, runs
 	}
 	a := s.h.NewAcquisition(ctx, t, op, block, as)
@@ -245,7 +248,7 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 	}
 	// A release grants queued requests their permits (sem_release.lua).
 	a.As.Handed = func(token uint64) (bool, error) {
-		if !t.claim() {
+		if !t.claim(a.Ctx) {
 			return false, nil // handed a Permit locally: the wait takes it
 		}
 		ok, err := a.TakeHanded(token, func(token uint64) error { return t.keep(a, token) })
@@ -362,17 +365,22 @@ func (t *semTry) ttl() time.Duration {
 }
 
 // claim takes t for a grant from Redis (a try, or a grant message): false
-// when a local handoff has handed t a Permit (its wake-up follows). A
+// when a local handoff has handed t a Permit (its wake-up follows), or ctx
+// ended. A
 // handoff claims t under the wait registry's lock and lets it go again if
 // it fails: claim waits that out before it reports false. While the release
 // that ends a cohort queues t, claim waits for its reply: a try before it
 // could take free permits the release would then queue t for again.
-func (t *semTry) claim() bool {
+func (t *semTry) claim(ctx context.Context) bool {
 	if t.state.CompareAndSwap(tryIdle, tryRedis) {
 		return true
 	}
 	if t.state.Load() == tryEnding {
-		<-t.ended
+		select {
+		case <-t.ended:
+		case <-ctx.Done():
+			return false // the wait ends with ctx; the release's queueing of t is undone (WakeEnded's gone)
+		}
 	} else {
 		t.s.h.C.Waits.Settle()
 	}
@@ -380,7 +388,7 @@ func (t *semTry) claim() bool {
 }
 
 func (t *semTry) Try(a *engine.Acquisition) (bool, time.Duration, error) {
-	if !t.claim() {
+	if !t.claim(a.Ctx) {
 		return false, 0, nil // handed a Permit locally: the wait's wake-up follows
 	}
 	ok, left, err := t.try(a)
@@ -425,7 +433,7 @@ func (t *semTry) keep(a *engine.Acquisition, token uint64) error {
 	telemetry.Annotate(a.Ctx, telemetry.AttrPermits.Int(t.n), telemetry.AttrToken.Int64(int64(token)))
 	l := a.NewHold(s.h.Keys[1], wire.Spec{Kind: wire.SpecMemberWith2, ID: t.id})
 	l.Extra, l.Token = []string{s.h.Keys[0], s.h.Keys[2]}, token
-	t.p = &Permit{s: s, id: t.id, n: t.n, l: l, token: token, since: time.Now()}
+	t.p = &Permit{s: s, id: t.id, n: t.n, l: l, ttl: l.TTL, token: token, since: time.Now()}
 	if err := a.Watch(l); err != nil {
 		return err
 	}

@@ -651,23 +651,20 @@ func TestSemaphoreCohort_EndedCohortsWaiter_DoesNotTryBeforeTheReleaseQueuesIt(t
 	gate := newScriptGate(t, scripts.SemRelease)
 	rdb := e.rdb(gate)
 	c, d := e.client(rdb), e.client(e.rdb())
-	sa := c.Semaphore(n, dlock.WithPermitCohort(4, 50*time.Millisecond))
-	sw := c.Semaphore(n, dlock.WithPermitCohort(4, 300*time.Millisecond))
-	require.NoError(t, sa.SetPermits(ctx, 2))
+	sa := c.Semaphore(n, dlock.WithPermitCohort(4, 300*time.Millisecond))
+	sw := c.Semaphore(n, dlock.WithPermitCohort(4, 600*time.Millisecond))
+	require.NoError(t, sa.SetPermits(ctx, 3))
+	granted := time.Now()
 	p, err := sa.Acquire(ctx, 1)
 	require.NoError(t, err)
-	p2, err := d.Semaphore(n).Acquire(ctx, 1)
+	sd := d.Semaphore(n)
+	p2, err := sd.Acquire(ctx, 1)
 	require.NoError(t, err)
-	// A request for more than the total: it waits, holds nobody back, and
-	// makes the next Acquire of c wait for p's cohort locally.
-	big, cancelBig := context.WithCancel(ctx)
-	bigDone := make(chan struct{})
-	go func() {
-		defer close(bigDone)
-		_, err := sa.Acquire(big, 3)
-		assert.ErrorIs(t, err, dlock.ErrNotObtained)
-	}()
-	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	p3, err := sd.Acquire(ctx, 1)
+	require.NoError(t, err)
+	// The first Acquire of c queues in Redis; the second waits for p's
+	// cohort locally.
+	gotA := queuedSemWaiter(t, ctx, rdb, c, sa, n, 1, 1)
 	got := make(chan *dlock.Permit, 1)
 	go func() {
 		q, err := sw.Acquire(ctx, 1)
@@ -675,23 +672,138 @@ func TestSemaphoreCohort_EndedCohortsWaiter_DoesNotTryBeforeTheReleaseQueuesIt(t
 		got <- q
 	}()
 	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
-	time.Sleep(100 * time.Millisecond) // p's cohort is past its 50 ms; the waiter's 300 ms are not over
+	require.EqualValues(t, 1, rdb.ZCard(ctx, key(n)+":q").Val(), "the second Acquire queued in Redis")
+	time.Sleep(time.Until(granted.Add(350 * time.Millisecond))) // p's cohort is past its 300 ms; the waiter's 600 ms are not over
 	rel := make(chan error, 1)
 	go func() { rel <- p.Release(ctx) }() // ends the cohort; its sem_release is held
 	require.Eventually(t, func() bool { return gate.n.Load() == 1 }, 5*time.Second, time.Millisecond)
-	// Another Client frees a permit while the waiter's time bound runs out.
+	// Another Client's releases serve the queued Acquire and free a
+	// permit, while the local waiter's time bound runs out.
 	require.NoError(t, p2.Release(ctx))
-	time.Sleep(300 * time.Millisecond)
+	a := servedWithin(t, gotA, 2*time.Second, "the queued Acquire was not served")
+	require.NoError(t, p3.Release(ctx))
+	time.Sleep(400 * time.Millisecond) // the waiter's time bound runs out: it tries
 	gate.Open()
 	q := servedWithin(t, got, 2*time.Second, "the waiter was not served")
 	require.NoError(t, <-rel)
 	require.NoError(t, q.Release(ctx))
+	require.NoError(t, a.Release(ctx))
+	require.Eventually(t, func() bool {
+		avail, err := sd.Available(ctx)
+		return err == nil && avail == 3
+	}, 2*time.Second, 10*time.Millisecond, "permits counted as used with nothing held")
+}
+
+// An Acquire that waits for the release ending a cohort to queue it still
+// ends with its ctx.
+func TestSemaphoreCohort_EndedCohortsWaiter_CtxEndsItsWait(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	gate := newScriptGate(t, scripts.SemRelease)
+	rdb := e.rdb(gate)
+	c := e.client(rdb)
+	sa := c.Semaphore(n, dlock.WithPermitCohort(4, 50*time.Millisecond))
+	sw := c.Semaphore(n, dlock.WithPermitCohort(4, 300*time.Millisecond))
+	require.NoError(t, sa.SetPermits(ctx, 1))
+	p, err := sa.Acquire(ctx, 1)
+	require.NoError(t, err)
+	actx, cancelA := context.WithCancel(ctx)
+	doneA := make(chan struct{})
+	go func() {
+		defer close(doneA)
+		a, err := sa.Acquire(actx, 1) // served when p's release runs, or given up
+		if err == nil {
+			assert.NoError(t, a.Release(ctx))
+			return
+		}
+		assert.ErrorIs(t, err, dlock.ErrNotObtained)
+	}()
+	require.Eventually(t, func() bool { return rdb.ZCard(ctx, key(n)+":q").Val() == 1 }, 5*time.Second, time.Millisecond)
+	wctx, cancelW := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := sw.Acquire(wctx, 1)
+		done <- err
+	}()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 2 }, 5*time.Second, time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
+	rel := make(chan error, 1)
+	go func() { rel <- p.Release(ctx) }()
+	require.Eventually(t, func() bool { return gate.n.Load() == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // its time bound runs out: it tries, and waits for the reply
+	cancelW()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, dlock.ErrNotObtained)
+	case <-time.After(time.Second):
+		t.Fatal("the Acquire did not end with its ctx")
+	}
+	gate.Open()
+	require.NoError(t, <-rel)
+	cancelA()
+	<-doneA
+	require.Eventually(t, func() bool {
+		avail, err := sa.Available(ctx)
+		return err == nil && avail == 1 && rdb.ZCard(ctx, key(n)+":q").Val() == 0
+	}, 2*time.Second, 10*time.Millisecond, "a permit or place left behind")
+}
+
+// A Permit's lease may change (Extend) while another goroutine's Acquire
+// asks whether its cohort runs (run with -race).
+func TestSemaphoreCohort_ExtendBesideAnAcquire_NoRace(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	s, p := cohortPermitHeld(t, ctx, c, n)
+	w, cancelW := context.WithCancel(ctx)
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _, _ = s.Acquire(w, 1) }()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := range 20 {
+			assert.NoError(t, p.Extend(ctx, time.Duration(10+i)*time.Second))
+		}
+	})
+	wg.Go(func() {
+		for range 20 {
+			a, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
+			_, err := s.Acquire(a, 1)
+			assert.ErrorIs(t, err, dlock.ErrNotObtained)
+			cancel()
+		}
+	})
+	wg.Wait()
+	cancelW()
+	<-wdone
+	require.NoError(t, p.Release(ctx))
+}
+
+// A request for more than the total waits, holding nobody back: it does not
+// make another Acquire of its Client wait for a cohort with a permit free.
+func TestSemaphoreCohort_PermitFreeBesideABigRequest_AcquireDoesNotWait(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	c := e.client(e.rdb())
+	s := c.Semaphore(n, dlock.WithPermitCohort(4, 2*time.Second))
+	require.NoError(t, s.SetPermits(ctx, 2))
+	p, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	big, cancelBig := context.WithCancel(ctx)
+	bigDone := make(chan struct{})
+	go func() { defer close(bigDone); _, _ = s.Acquire(big, 3) }()
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) == 1 }, 5*time.Second, time.Millisecond)
+	start := time.Now()
+	q, err := s.Acquire(ctx, 1)
+	require.NoError(t, err)
+	assert.Less(t, time.Since(start), 500*time.Millisecond, "an Acquire waited with a permit free")
+	require.NoError(t, q.Release(ctx))
+	require.NoError(t, p.Release(ctx))
 	cancelBig()
 	<-bigDone
-	require.Eventually(t, func() bool {
-		avail, err := d.Semaphore(n).Available(ctx)
-		return err == nil && avail == 2
-	}, 2*time.Second, 10*time.Millisecond, "permits counted as used with nothing held")
 }
 
 // With permits free, an Acquire on a Client whose Permit runs a cohort

@@ -185,3 +185,21 @@ func (r *Registry) Settle() {
 	r.mu.Lock()
 	defer r.mu.Unlock() // (the lock is the point: picks hold it throughout)
 }
+
+// AnyCohort reports whether a waiter of channel on a cohort of key, for
+// which match (given its Cohort) is true, is registered.
+func (r *Registry) AnyCohort(channel, key string, match func(c Cohort) bool) bool {
+	if r.count.Load() == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[channel]; q != nil {
+		for w := q.head; w != nil; w = w.next {
+			if w.cohort != nil && w.cohort.CohortKey() == key && match(w.cohort) {
+				return true
+			}
+		}
+	}
+	return false
+}
