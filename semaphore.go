@@ -226,10 +226,9 @@ func (s *Semaphore) acquire(ctx context.Context, n int, op string, block bool) (
 		// A Permit's Release may hand it to t (passLocal). While a cohort
 		// of the Client that could runs, t waits for that only, with no
 		// place in Redis, until the cohort ends (whose release queues t in
-		// Redis) or for the time bound at most.
-		// Only when another Acquire of the Client for as many permits
-		// waits too: the permits are most likely all taken then (else a
-		// try would take free ones at once).
+		// Redis) or for the time bound at most; but only beside another
+		// Acquire of the Client for as many permits: the permits are most
+		// likely all taken then (else a try would take free ones at once).
 		runs := func() bool { return s.chains.runs(s.ck, n, ttl) }
 		as.Cohort, as.Place = t, t.id
 		as.Local = runs() && s.h.C.Waits.AnyCohort(s.h.Channel, s.ck, func(c wait.Cohort) bool {
@@ -366,11 +365,11 @@ func (t *semTry) ttl() time.Duration {
 
 // claim takes t for a grant from Redis (a try, or a grant message): false
 // when a local handoff has handed t a Permit (its wake-up follows), or ctx
-// ended. A
-// handoff claims t under the wait registry's lock and lets it go again if
-// it fails: claim waits that out before it reports false. While the release
-// that ends a cohort queues t, claim waits for its reply: a try before it
-// could take free permits the release would then queue t for again.
+// ended. A handoff claims t under the wait registry's lock and lets it go
+// again if it fails: claim waits that out before it reports false. While
+// the release that ends a cohort queues t, claim waits for its reply: a try
+// before it could take free permits the release would then queue t for
+// again.
 func (t *semTry) claim(ctx context.Context) bool {
 	if t.state.CompareAndSwap(tryIdle, tryRedis) {
 		return true

@@ -158,6 +158,15 @@ func localSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dlo
 	return got
 }
 
+// availableSoon fails the test unless s has want permits free within 2 s.
+func availableSoon(t *testing.T, ctx context.Context, s *dlock.Semaphore, want int, what string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		avail, err := s.Available(ctx)
+		return err == nil && avail == want
+	}, 2*time.Second, 10*time.Millisecond, what)
+}
+
 // cohortPermitHeld sets semaphore n's total to 1 on c and takes the permit,
 // through a handle whose cohort's time bound outlasts the test's waits.
 func cohortPermitHeld(t *testing.T, ctx context.Context, c *dlock.Client, n string) (*dlock.Semaphore, *dlock.Permit) {
@@ -569,10 +578,7 @@ func TestSemaphoreCohort_FixedLeaseWaiter_NotHandedARenewedPermit(t *testing.T) 
 	assert.NotEqual(t, dlock.PermitGrant(p), dlock.PermitGrant(q), "handed the renewed Permit locally")
 	within(t, q.Lost(), 2*time.Second, "the fixed lease's end")
 	// (Lost fires a little before the lease ends on the server's clock.)
-	require.Eventually(t, func() bool {
-		avail, err := fixed.Available(ctx)
-		return err == nil && avail == 1
-	}, 2*time.Second, 10*time.Millisecond, "the fixed-lease permit is still taken after its lease")
+	availableSoon(t, ctx, fixed, 1, "the fixed-lease permit is still taken after its lease")
 }
 
 // dialGate fails every dial while armed, after holding the first until
@@ -634,10 +640,7 @@ func TestSemaphoreCohort_HandedWhileTheSubscriptionFails_GivenBack(t *testing.T)
 	err = <-res
 	g.armed.Store(false)
 	require.Error(t, err, "the Acquire whose subscription failed")
-	require.Eventually(t, func() bool {
-		avail, err := s.Available(ctx)
-		return err == nil && avail == 1
-	}, 2*time.Second, 10*time.Millisecond, "the Permit handed to the failed Acquire is still taken")
+	availableSoon(t, ctx, s, 1, "the Permit handed to the failed Acquire is still taken")
 }
 
 // The release that ends a permit cohort queues the cohort's local waiters
@@ -688,10 +691,7 @@ func TestSemaphoreCohort_EndedCohortsWaiter_DoesNotTryBeforeTheReleaseQueuesIt(t
 	require.NoError(t, <-rel)
 	require.NoError(t, q.Release(ctx))
 	require.NoError(t, a.Release(ctx))
-	require.Eventually(t, func() bool {
-		avail, err := sd.Available(ctx)
-		return err == nil && avail == 3
-	}, 2*time.Second, 10*time.Millisecond, "permits counted as used with nothing held")
+	availableSoon(t, ctx, sd, 3, "permits counted as used with nothing held")
 }
 
 // An Acquire that waits for the release ending a cohort to queue it still
