@@ -484,7 +484,9 @@ func WithRenewedPermitLease(d time.Duration) SemaphoreOption {
 // 68-70 ms. maxHandoffs or maxTime <= 0 selects DefaultCohortHandoffs or
 // DefaultCohortTime.
 //
-// Every guarantee holds per Permit: permits never above the total, a Lost
+// Every guarantee holds per Permit: permits never above the total (a
+// handoff the total no longer allows is refused: the Permit handed on is
+// lost at once), a Lost
 // channel and hold context of its own, and the lease of the Redis grant,
 // whose deadline a handed Permit inherits and never extends (permits with
 // less than a third of their lease left, or with a fixed lease

@@ -120,7 +120,7 @@ func (p *Permit) Release(ctx context.Context) (err error) {
 		})
 		for _, w := range local {
 			t := w.Cohort().(*semTry)
-			enqueue = append(enqueue, t.id, t.n)
+			enqueue = append(enqueue, t.id, t.n, wire.Millis(t.s.h.MarkLease()))
 		}
 	}
 	s.h.BeginRelease(p.l)
@@ -187,7 +187,7 @@ func (p *Permit) HoldContext(parent context.Context) (context.Context, context.C
 // then the caller's to release.
 func (s *Semaphore) passLocal(p *Permit) bool {
 	c := s.h.C
-	if !p.mayPass() {
+	if !p.mayPass() || !s.chains.has(s.ck, p) {
 		return false
 	}
 	var np *Permit
@@ -240,8 +240,11 @@ func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 	res, err := s.h.C.Script(ctx, scripts.SemPass, s.h.Keys, np.id, waiter, s.h.C.ID).Slice()
 	if err != nil {
 		// The token stays 0, which every guard refuses; the renewals
-		// tell whether the permits are still held.
+		// tell whether the permits are still held. The served Acquire's
+		// place may still be queued, renewed by nobody: it goes, with a
+		// grant that reached it (as sem_pass would have done).
 		s.h.WakeUnknown(err)
+		s.cancel(ctx, waiter)
 		return
 	}
 	token, msgs, err := wire.DecodeCountMessages(res)
@@ -257,6 +260,16 @@ func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 		return
 	}
 	np.token = uint64(token)
+}
+
+// endCohorts ends every permit cohort of the Client on the semaphore, whose
+// total was just changed or which was just deleted: their Permits go back
+// to Redis on Release, and the Acquires that waited for them try.
+func (s *Semaphore) endCohorts() {
+	if s.chains.drop(s.ck) {
+		local, _ := s.h.C.Waits.EndCohort(s.h.Channel, s.ck, nil)
+		s.h.C.Waits.WakeEnded(local, false, time.Time{})
+	}
 }
 
 // endLost ends the permit cohort of p, a Permit found lost: the Acquires
@@ -321,6 +334,25 @@ func (pc *permitChains) remove(ck string, p *Permit) {
 			delete(pc.by, ck)
 		}
 	}
+}
+
+// has reports whether p is recorded: in a permit cohort that no change of
+// the total ended.
+func (pc *permitChains) has(ck string, p *Permit) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	_, ok := pc.by[ck][p]
+	return ok
+}
+
+// drop forgets every Permit of the semaphore ck, and reports whether there
+// was any.
+func (pc *permitChains) drop(ck string) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	_, ok := pc.by[ck]
+	delete(pc.by, ck)
+	return ok
 }
 
 // runs reports whether a Permit of n permits of the semaphore ck, on a

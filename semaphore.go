@@ -139,6 +139,7 @@ func (s *Semaphore) permits(ctx context.Context, op string, n int) (bool, error)
 	if err != nil {
 		return false, errs.Op("permits", s.h.Name, "", err)
 	}
+	s.endCohorts() // a handoff must not outrun a lowered total
 	s.h.WakeLocal(msg)
 	return changed == 1, nil
 }
@@ -329,6 +330,7 @@ func (s *Semaphore) Delete(ctx context.Context) (deleted bool, err error) {
 	if err != nil {
 		return false, s.h.Fail("delete", err)
 	}
+	s.endCohorts() // the deleted permits are not handed on
 	s.h.C.Waits.Wake(s.h.Channel, wire.WakeAll, wait.WakeLocal)
 	return n == 1, nil
 }
@@ -464,13 +466,10 @@ func (t *semTry) Abandon(*lease.Hold) { _ = t.p.Release(context.Background()) }
 // and wakes those of them waiting on this Client. It returns how many
 // permits it returned, -1 when id held none. When id held permits, the
 // requests of enqueue (the local waiters of a permit cohort that ends, as
-// request ID and permits needed) are queued first, in their order.
+// request ID, permits needed and mark lease in ms) are queued first, in
+// their order.
 func (s *Semaphore) release(ctx context.Context, id string, enqueue ...any) (int64, error) {
-	args := []any{id, s.h.C.ID}
-	if len(enqueue) > 0 {
-		args = append(append(args, wire.Millis(s.h.MarkLease())), enqueue...)
-	}
-	res, err := s.h.C.Script(ctx, scripts.SemRelease, s.h.Keys, args...).Slice()
+	res, err := s.h.C.Script(ctx, scripts.SemRelease, s.h.Keys, append([]any{id, s.h.C.ID}, enqueue...)...).Slice()
 	if err != nil {
 		s.h.WakeUnknown(err)
 		return 0, s.h.Fail("release", err)

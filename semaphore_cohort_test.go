@@ -847,3 +847,98 @@ func TestSemaphoreCohort_LostCohortPermitReleased_ItsLocalWaiterTries(t *testing
 	r := servedWithin(t, got2, 3*time.Second, "waiter 2 still waits locally, with the permit free")
 	require.NoError(t, r.Release(ctx))
 }
+
+// The total lowered below the permits in use: a request is then for more
+// than the total, and waits for it to be raised; the cohort's Permit goes
+// back to Redis rather than to it.
+func TestSemaphoreCohort_TotalLowered_PermitNotHandedOn(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	s, p := cohortPermitHeld(t, ctx, c, n)
+	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+	require.NoError(t, s.AddPermits(ctx, -1)) // total 0
+	require.NoError(t, p.Release(ctx))
+	select {
+	case q := <-got:
+		t.Fatalf("Acquire(1) returned a Permit (token %d) with the total at 0", q.Token())
+	case <-time.After(300 * time.Millisecond):
+	}
+	availableSoon(t, ctx, s, 0, "the permit is still taken")
+	require.NoError(t, s.AddPermits(ctx, 1))
+	q := servedWithin(t, got, 2*time.Second, "the waiter was not served once the total was raised")
+	require.NoError(t, q.Release(ctx))
+}
+
+// Delete by the Client that runs the cohort: the cohort's Permit is not
+// handed on (its Release reports it lost), and the waiter waits for a
+// total to be set.
+func TestSemaphoreCohort_DeletedByItsClient_PermitNotHandedOn(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 20*time.Second)
+	rdb := e.rdb()
+	c := e.client(rdb)
+	s, p := cohortPermitHeld(t, ctx, c, n)
+	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+	deleted, err := s.Delete(ctx)
+	require.NoError(t, err)
+	require.True(t, deleted)
+	require.ErrorIs(t, p.Release(ctx), dlock.ErrNotHeld)
+	select {
+	case q := <-got:
+		t.Fatalf("Acquire returned a Permit (token %d) after Delete", q.Token())
+	case <-time.After(300 * time.Millisecond):
+	}
+	require.NoError(t, s.SetPermits(ctx, 1))
+	q := servedWithin(t, got, 2*time.Second, "the waiter was not served once the total was set")
+	require.NoError(t, q.Release(ctx))
+}
+
+// failOnce is a go-redis hook that fails the first call of a script with a
+// connection error, the script not sent.
+type failOnce struct {
+	s *redis.Script
+	n atomic.Int64
+}
+
+func (g *failOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (g *failOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (g *failOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isScript(cmd, g.s) && g.n.Add(1) == 1 {
+			err := &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset (test)")}
+			cmd.SetErr(err)
+			return err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// sem_pass fails: the served Acquire's place, which it would have taken out,
+// goes all the same, rather than be granted permits nobody takes.
+func TestSemaphoreCohort_SemPassFails_ThePlaceStillGoes(t *testing.T) {
+	e := sharedEnv(t)
+	n := name(t)
+	ctx := ctxTimeout(t, 30*time.Second)
+	rdb := e.rdb(&failOnce{s: scripts.SemPass})
+	ca, cb := e.client(rdb), e.client(e.rdb())
+	sa, sb := ca.Semaphore(n, dlock.WithPermitCohort(0, time.Minute)), cb.Semaphore(n)
+	require.NoError(t, sa.SetPermits(ctx, 2))
+	pa, err := sa.Acquire(ctx, 1)
+	require.NoError(t, err)
+	pb, err := sb.Acquire(ctx, 1)
+	require.NoError(t, err)
+	got := queuedSemWaiter(t, ctx, rdb, ca, sa, n, 1, 1)
+	require.NoError(t, pa.Release(ctx))
+	q := servedWithin(t, got, 2*time.Second, "the waiter was not handed the permit")
+	require.Zero(t, q.Token(), "a token from a failed sem_pass")
+	require.NoError(t, pb.Release(ctx))
+	availableSoon(t, ctx, sa, 1, "a permit is taken by the served Acquire's place")
+	require.NoError(t, q.Release(ctx))
+	availableSoon(t, ctx, sa, 2, "permits left taken")
+}

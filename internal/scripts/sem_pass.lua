@@ -9,8 +9,9 @@
 --
 -- Returns {token, messages...}. token is the next fencing token (M's f),
 -- issued to the new holder, or 0 when the permit is no longer held (its
--- lease ran out, or it was released, or the semaphore deleted): the new
--- holder has then lost it. The token is issued here, after the new holder
+-- lease ran out, or it was released, or the semaphore deleted), or when
+-- the total was lowered below the permits in use (the permit then goes
+-- back): the new holder has then lost it. The token is issued here, after the new holder
 -- began, rather than reserved at the Redis grant: other Clients' permits
 -- are granted while a cohort runs, and every token must be above every
 -- token issued before it for the name. The request leaves the queue, and
@@ -24,13 +25,24 @@ if bad then
   return bad
 end
 local reply = {0}
+local freed = false
 -- (sem_open purged expired permits: a permit still in H is live.)
 if redis.call('ZSCORE', H, id) then
-  local f = next_fence(v[5])
-  redis.call('HSET', M, 'f', f)
-  reply[1], v[5] = tonumber(f), f -- (below 2^53: an exact integer reply)
+  local avail, total = available(M)
+  if total and avail >= 0 then
+    local f = next_fence(v[5])
+    redis.call('HSET', M, 'f', f)
+    reply[1], v[5] = tonumber(f), f -- (below 2^53: an exact integer reply)
+  else
+    -- The total was lowered below the permits in use (or is gone): the
+    -- handoff is a new acquisition the total no longer allows. The
+    -- permits go back, and the new holder has lost them.
+    redis.call('HINCRBY', M, 'used', -tonumber(redis.call('HGET', C, id) or '0'))
+    redis.call('ZREM', H, id)
+    redis.call('HDEL', C, id)
+    freed = true
+  end
 end
-local freed = false
 if redis.call('ZREM', Q, w) == 1 then
   redis.call('ZREM', QE, w)
   redis.call('HDEL', C, w)

@@ -3,10 +3,10 @@
 -- KEYS[1..6]  M, H, C, Q, QE (see sem_common.lua), and the channel
 -- ARGV[1]     the permit ID
 -- ARGV[2]     the releasing Client's ID, for the release message
--- ARGV[3..]   optional, at the end of a permit cohort (semaphore.go): the
---             waiting mark lease in ms, then the requests of the Client's
---             Acquires that waited for a local handoff, as pairs of the
---             request ID and the permits it needs, in their order
+-- ARGV[3..]   optional, at the end of a permit cohort (permit.go): the
+--             requests of the Client's Acquires that waited for a local
+--             handoff, in their order, as triples of the request ID, the
+--             permits it needs and its waiting mark lease in ms
 --
 -- Returns {permits returned, messages...}: -1 when the permit is not held
 -- (a second release, or its lease expired); then nothing changes. The
@@ -28,15 +28,12 @@ local n = tonumber(redis.call('HGET', C, id) or '0')
 redis.call('HINCRBY', M, 'used', -n)
 redis.call('ZREM', H, id)
 redis.call('HDEL', C, id)
-if #ARGV >= 5 then
-  local mark = tonumber(ARGV[3])
-  for i = 4, #ARGV - 1, 2 do
-    if not redis.call('ZSCORE', Q, ARGV[i]) then
-      enqueue(M, Q, ARGV[i])
-    end
-    redis.call('HSET', C, ARGV[i], ARGV[i + 1])
-    redis.call('ZADD', QE, now + mark, ARGV[i])
+for i = 3, #ARGV - 2, 3 do
+  if not redis.call('ZSCORE', Q, ARGV[i]) then
+    enqueue(M, Q, ARGV[i])
   end
+  redis.call('HSET', C, ARGV[i], ARGV[i + 1])
+  redis.call('ZADD', QE, now + tonumber(ARGV[i + 2]), ARGV[i])
 end
 local reply = {n}
 for _, msg in ipairs(grant_servable(M, H, C, Q, QE, CH, ARGV[2], now, v[5])) do
