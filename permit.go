@@ -267,9 +267,15 @@ func (s *Semaphore) issue(ctx context.Context, np *Permit, waiter string) {
 // to Redis on Release, and the Acquires that waited for them try.
 func (s *Semaphore) endCohorts() {
 	if s.chains.drop(s.ck) {
-		local, _ := s.h.C.Waits.EndCohort(s.h.Channel, s.ck, nil)
-		s.h.C.Waits.WakeEnded(local, false, time.Time{})
+		s.wakeLocalWaiters()
 	}
+}
+
+// wakeLocalWaiters wakes the Acquires of the Client that wait for a local
+// handoff on the semaphore to try in Redis.
+func (s *Semaphore) wakeLocalWaiters() {
+	local, _ := s.h.C.Waits.EndCohort(s.h.Channel, s.ck, nil)
+	s.h.C.Waits.WakeEnded(local, false, time.Time{})
 }
 
 // endLost ends the permit cohort of p, a Permit found lost: the Acquires
@@ -280,8 +286,7 @@ func (s *Semaphore) endLost(p *Permit) {
 		return
 	}
 	s.chains.remove(s.ck, p)
-	local, _ := s.h.C.Waits.EndCohort(s.h.Channel, s.ck, nil)
-	s.h.C.Waits.WakeEnded(local, false, time.Time{})
+	s.wakeLocalWaiters()
 }
 
 // mayPass reports whether p's Release may still hand it on locally: it is

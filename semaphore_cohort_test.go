@@ -3,6 +3,7 @@ package dlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sort"
 	"sync"
@@ -72,7 +73,7 @@ func TestSemaphoreCohort_ReleaseHandsThePermitOn_BeforeAnyRoundTrip_TokenIssuedA
 	c := e.client(rdb)
 	tries := &scriptCalls{s: scripts.SemTry}
 	rdb.AddHook(tries)
-	s, p := cohortPermitHeld(t, ctx, c, n)
+	s, p := allPermitsHeld(t, ctx, c, n, 1, dlock.WithPermitCohort(0, time.Minute))
 	// The first waiter queues in Redis; the second, with another of its
 	// Client waiting, waits for a handoff only, and sends nothing.
 	got1 := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
@@ -114,9 +115,7 @@ func TestSemaphoreCohort_ReleaseHandsThePermitOn_BeforeAnyRoundTrip_TokenIssuedA
 	require.NoError(t, q2.Release(ctx))
 	assert.Positive(t, releases.n.Load())
 	assert.Zero(t, rdb.ZCard(ctx, key(n)+":h").Val())
-	avail, err := s.Available(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 1, avail)
+	requireAvailable(t, ctx, s, 1)
 	require.ErrorIs(t, p.Release(ctx), dlock.ErrNotHeld, "a second Release of the handed-on Permit")
 }
 
@@ -158,6 +157,14 @@ func localSemWaiter(t *testing.T, ctx context.Context, rdb *redis.Client, c *dlo
 	return got
 }
 
+// requireAvailable fails the test unless s has want permits free now.
+func requireAvailable(t *testing.T, ctx context.Context, s *dlock.Semaphore, want int) {
+	t.Helper()
+	avail, err := s.Available(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, want, avail)
+}
+
 // availableSoon fails the test unless s has want permits free within 2 s.
 func availableSoon(t *testing.T, ctx context.Context, s *dlock.Semaphore, want int, what string) {
 	t.Helper()
@@ -165,17 +172,6 @@ func availableSoon(t *testing.T, ctx context.Context, s *dlock.Semaphore, want i
 		avail, err := s.Available(ctx)
 		return err == nil && avail == want
 	}, 2*time.Second, 10*time.Millisecond, what)
-}
-
-// cohortPermitHeld sets semaphore n's total to 1 on c and takes the permit,
-// through a handle whose cohort's time bound outlasts the test's waits.
-func cohortPermitHeld(t *testing.T, ctx context.Context, c *dlock.Client, n string) (*dlock.Semaphore, *dlock.Permit) {
-	t.Helper()
-	s := c.Semaphore(n, dlock.WithPermitCohort(0, time.Minute))
-	require.NoError(t, s.SetPermits(ctx, 1))
-	p, err := s.Acquire(ctx, 1)
-	require.NoError(t, err)
-	return s, p
 }
 
 // semHold is one hold of the exclusion test: when its Acquire was called,
@@ -256,9 +252,7 @@ func TestSemaphoreCohort_PermitsNeverAboveTotal_TokensFollowReleases_AcrossClien
 	require.Eventually(t, func() bool {
 		return rdb.ZCard(ctx, key(n)+":h").Val() == 0 && rdb.ZCard(ctx, key(n)+":q").Val() == 0
 	}, 5*time.Second, 5*time.Millisecond, "permits or places left in Redis")
-	avail, err := e.client(rdb).Semaphore(n).Available(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, total, avail)
+	requireAvailable(t, ctx, e.client(rdb).Semaphore(n), total)
 }
 
 // A release elsewhere grants the waiter's place its permits while its own
@@ -321,13 +315,9 @@ func TestSemaphoreCohort_PlaceGrantedAfterTheHandoff_GivenBackBySemPass(t *testi
 	require.NotZero(t, q.Token())
 	require.Eventually(t, func() bool { return rdb.ZCard(ctx, key(n)+":h").Val() == 1 }, 2*time.Second, time.Millisecond,
 		"the place's grant was not given back")
-	avail, err := sa.Available(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 1, avail)
+	requireAvailable(t, ctx, sa, 1)
 	require.NoError(t, q.Release(ctx))
-	avail, err = sa.Available(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 2, avail)
+	requireAvailable(t, ctx, sa, 2)
 }
 
 // An Acquire handed a Permit as its ctx ends gives it back (or takes it,
@@ -382,7 +372,7 @@ func TestSemaphoreCohort_HandedPermitGoneFromRedis_LostWithoutAToken(t *testing.
 	gate := newScriptGate(t, scripts.SemPass)
 	rdb := e.rdb(gate)
 	c := e.client(rdb)
-	s, p := cohortPermitHeld(t, ctx, c, n)
+	s, p := allPermitsHeld(t, ctx, c, n, 1, dlock.WithPermitCohort(0, time.Minute))
 	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
 	// The permit's lease runs out on the server, unknown to its holder.
 	require.NoError(t, rdb.ZAdd(ctx, key(n)+":h", redis.Z{Score: 1, Member: dlock.PermitGrant(p)}).Err())
@@ -392,9 +382,7 @@ func TestSemaphoreCohort_HandedPermitGoneFromRedis_LostWithoutAToken(t *testing.
 	within(t, q.Lost(), 2*time.Second, "the handed Permit's loss")
 	assert.Zero(t, q.Token())
 	require.ErrorIs(t, q.Release(ctx), dlock.ErrLost)
-	avail, err := s.Available(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, 1, avail)
+	requireAvailable(t, ctx, s, 1)
 }
 
 func TestSemaphoreCohort_CloseLeaksNothing(t *testing.T) {
@@ -756,7 +744,7 @@ func TestSemaphoreCohort_ExtendBesideAnAcquire_NoRace(t *testing.T) {
 	n := name(t)
 	ctx := ctxTimeout(t, 20*time.Second)
 	c := e.client(e.rdb())
-	s, p := cohortPermitHeld(t, ctx, c, n)
+	s, p := allPermitsHeld(t, ctx, c, n, 1, dlock.WithPermitCohort(0, time.Minute))
 	w, cancelW := context.WithCancel(ctx)
 	wdone := make(chan struct{})
 	go func() { defer close(wdone); _, _ = s.Acquire(w, 1) }()
@@ -836,7 +824,7 @@ func TestSemaphoreCohort_LostCohortPermitReleased_ItsLocalWaiterTries(t *testing
 	ctx := ctxTimeout(t, 20*time.Second)
 	rdb := e.rdb()
 	c := e.client(rdb)
-	s, p := cohortPermitHeld(t, ctx, c, n)
+	s, p := allPermitsHeld(t, ctx, c, n, 1, dlock.WithPermitCohort(0, time.Minute))
 	got1 := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
 	got2 := localSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
 	require.NoError(t, rdb.ZAdd(ctx, key(n)+":h", redis.Z{Score: 1, Member: dlock.PermitGrant(p)}).Err())
@@ -848,53 +836,44 @@ func TestSemaphoreCohort_LostCohortPermitReleased_ItsLocalWaiterTries(t *testing
 	require.NoError(t, r.Release(ctx))
 }
 
-// The total lowered below the permits in use: a request is then for more
-// than the total, and waits for it to be raised; the cohort's Permit goes
-// back to Redis rather than to it.
-func TestSemaphoreCohort_TotalLowered_PermitNotHandedOn(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	rdb := e.rdb()
-	c := e.client(rdb)
-	s, p := cohortPermitHeld(t, ctx, c, n)
-	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
-	require.NoError(t, s.AddPermits(ctx, -1)) // total 0
-	require.NoError(t, p.Release(ctx))
-	select {
-	case q := <-got:
-		t.Fatalf("Acquire(1) returned a Permit (token %d) with the total at 0", q.Token())
-	case <-time.After(300 * time.Millisecond):
+// The total lowered below the permits in use (a request is then for more
+// than the total, and waits for it to be raised), or the semaphore deleted
+// (a request waits for a total to be set), by the Client that runs the
+// cohort: its Permit goes back to Redis rather than to the waiter.
+func TestSemaphoreCohort_TotalLoweredOrDeleted_PermitNotHandedOn(t *testing.T) {
+	for _, deleted := range []bool{false, true} {
+		t.Run(fmt.Sprintf("deleted %v", deleted), func(t *testing.T) {
+			e := sharedEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			rdb := e.rdb()
+			c := e.client(rdb)
+			s, p := allPermitsHeld(t, ctx, c, n, 1, dlock.WithPermitCohort(0, time.Minute))
+			got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
+			if deleted {
+				ok, err := s.Delete(ctx)
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.ErrorIs(t, p.Release(ctx), dlock.ErrNotHeld)
+			} else {
+				require.NoError(t, s.AddPermits(ctx, -1)) // total 0
+				require.NoError(t, p.Release(ctx))
+			}
+			select {
+			case q := <-got:
+				t.Fatalf("Acquire(1) returned a Permit (token %d) with no total to allow it", q.Token())
+			case <-time.After(300 * time.Millisecond):
+			}
+			if deleted {
+				require.NoError(t, s.SetPermits(ctx, 1))
+			} else {
+				availableSoon(t, ctx, s, 0, "the permit is still taken")
+				require.NoError(t, s.AddPermits(ctx, 1))
+			}
+			q := servedWithin(t, got, 2*time.Second, "the waiter was not served once the total allowed it")
+			require.NoError(t, q.Release(ctx))
+		})
 	}
-	availableSoon(t, ctx, s, 0, "the permit is still taken")
-	require.NoError(t, s.AddPermits(ctx, 1))
-	q := servedWithin(t, got, 2*time.Second, "the waiter was not served once the total was raised")
-	require.NoError(t, q.Release(ctx))
-}
-
-// Delete by the Client that runs the cohort: the cohort's Permit is not
-// handed on (its Release reports it lost), and the waiter waits for a
-// total to be set.
-func TestSemaphoreCohort_DeletedByItsClient_PermitNotHandedOn(t *testing.T) {
-	e := sharedEnv(t)
-	n := name(t)
-	ctx := ctxTimeout(t, 20*time.Second)
-	rdb := e.rdb()
-	c := e.client(rdb)
-	s, p := cohortPermitHeld(t, ctx, c, n)
-	got := queuedSemWaiter(t, ctx, rdb, c, s, n, 1, 1)
-	deleted, err := s.Delete(ctx)
-	require.NoError(t, err)
-	require.True(t, deleted)
-	require.ErrorIs(t, p.Release(ctx), dlock.ErrNotHeld)
-	select {
-	case q := <-got:
-		t.Fatalf("Acquire returned a Permit (token %d) after Delete", q.Token())
-	case <-time.After(300 * time.Millisecond):
-	}
-	require.NoError(t, s.SetPermits(ctx, 1))
-	q := servedWithin(t, got, 2*time.Second, "the waiter was not served once the total was set")
-	require.NoError(t, q.Release(ctx))
 }
 
 // failOnce is a go-redis hook that fails the first call of a script with a

@@ -15,10 +15,11 @@ import (
 	"github.com/dlock-go/dlock/internal/scripts"
 )
 
-// allPermitsHeld sets semaphore n's total on c and takes every permit.
-func allPermitsHeld(t *testing.T, ctx context.Context, c *dlock.Client, n string, total int) (*dlock.Semaphore, *dlock.Permit) {
+// allPermitsHeld sets semaphore n's total on c and takes every permit,
+// through a handle with opts.
+func allPermitsHeld(t *testing.T, ctx context.Context, c *dlock.Client, n string, total int, opts ...dlock.SemaphoreOption) (*dlock.Semaphore, *dlock.Permit) {
 	t.Helper()
-	s := c.Semaphore(n)
+	s := c.Semaphore(n, opts...)
 	require.NoError(t, s.SetPermits(ctx, total))
 	p, err := s.Acquire(ctx, total)
 	require.NoError(t, err)
