@@ -211,12 +211,6 @@ func writeMarkdown(cfg config, env envInfo, res *results) error {
 func targets(cfg config, res *results) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
 	d := res.find("dlock")
 	ping, floor := res.find("PING floor"), res.find("minimal safe lock")
 	if d == nil || ping == nil || floor == nil || median(ping.w1Rates) == 0 {
@@ -258,12 +252,51 @@ func targets(cfg config, res *results) string {
 		p("| W3 at least 1.15x the best peer's handoffs/s | %.2fx (%.0f vs %s %.0f) | %s |\n", dW3/bestW3, dW3, bestW3Name, bestW3, verdict(dW3 >= 1.15*bestW3))
 	}
 	p("| W3 wait p99 <= 2 x workers x hold (%v) | %s | %s |\n", limit, fmtDur(dW3p99), verdict(dW3p99 <= limit))
+	if h := res.handoff; h != nil {
+		handoffTargets(p, h)
+	}
 	if sc := res.scale; sc != nil {
 		trips := float64(sc.renewTrips) / float64(sc.periods)
 		p("| <= 100 round trips per watchdog period for %d held locks | %.1f | %s |\n", sc.holds, trips, verdict(trips <= 100 && sc.err.String() == ""))
 		p("| one pub/sub connection per Client for %d waiters | %d | %s |\n", sc.waiters, sc.pubsubConns, verdict(sc.pubsubConns == 1 && sc.err.String() == ""))
 	}
 	return b.String()
+}
+
+// handoffTargets adds the handoff section's targets after a long hold:
+// to another Client, at most 0.7 of the best peer's (rueidislock with one
+// key, the only peer the section runs), beside the least a handoff by
+// message can take; to the same Client, at most 1.25 PINGs after the same
+// idle.
+func handoffTargets(p func(string, ...any), h *handoffResult) {
+	var cross, same, peer time.Duration
+	for _, r := range h.rows {
+		switch {
+		case r.hold == 0:
+		case strings.HasPrefix(r.name, "rueidislock"):
+			peer = pct(r.fromCall, .5)
+		case strings.HasPrefix(r.name, "Mutex, waiter on another Client"):
+			cross = pct(r.fromCall, .5)
+		case strings.HasPrefix(r.name, "Mutex, waiter on the same Client"):
+			same = pct(r.fromCall, .5)
+		}
+	}
+	if cross > 0 && peer > 0 {
+		pub := pct(h.publishLong, .5)
+		p("| handoff to another Client after a %v hold <= 0.7x the best peer's (p50) | %.2fx (dlock %s, rueidislock-1key %s; a script that only publishes: %s, %.2fx) | %s |\n",
+			longHold, float64(cross)/float64(peer), fmtDur(cross), fmtDur(peer), fmtDur(pub), float64(pub)/float64(peer), verdict(float64(cross) <= 0.7*float64(peer)))
+	}
+	if floor := pct(h.floorLong, .5); same > 0 && floor > 0 {
+		p("| handoff to the same Client after a %v hold <= 1.25x a PING after the same idle (p50) | %.2fx (%s vs %s) | %s |\n",
+			longHold, float64(same)/float64(floor), fmtDur(same), fmtDur(floor), verdict(float64(same) <= 1.25*float64(floor)))
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
 }
 
 // paired compares two entries' W1 rounds one by one: the median over rounds

@@ -132,6 +132,45 @@ func pingAfterIdleFor(rdb *redis.Client, n int, idle time.Duration) []time.Durat
 	return out
 }
 
+// publishAfterIdle times, after an idle pause of idle (0: 3-5ms), a script
+// on pub that does nothing but publish, up to the message's arrival at a
+// subscriber on sub: the least a handoff by pub/sub message can take from
+// the release's call, whatever its script does (its server time adds to
+// it). Nil if sub cannot subscribe.
+func publishAfterIdle(pub, sub *redis.Client, n int, idle time.Duration) []time.Duration {
+	ctx := context.Background()
+	const channel = "floor:publish"
+	ps := sub.Subscribe(ctx, channel)
+	defer ps.Close()
+	if _, err := ps.Receive(ctx); err != nil {
+		return nil
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		for {
+			if _, err := ps.ReceiveMessage(ctx); err != nil {
+				return
+			}
+			got <- time.Now()
+		}
+	}()
+	script := redis.NewScript("return redis.call('PUBLISH', KEYS[1], ARGV[1])")
+	out := make([]time.Duration, 0, n)
+	for range n {
+		time.Sleep(holdFor(idle))
+		t := time.Now()
+		if err := script.Run(ctx, pub, []string{channel}, "x").Err(); err != nil {
+			continue
+		}
+		select {
+		case at := <-got:
+			out = append(out, at.Sub(t))
+		case <-time.After(time.Second):
+		}
+	}
+	return out
+}
+
 func pingRTTs(rdb *redis.Client, n int) []time.Duration {
 	ctx := context.Background()
 	out := make([]time.Duration, 0, n)
