@@ -151,10 +151,22 @@ var errPanicked = errors.New("coalesce: the pipeline this command shared panicke
 // the source, sent on its own, when the server does not have the script
 // cached (after a restart, a failover or SCRIPT FLUSH).
 func (c *Coalescer) Run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return c.RunBoxed(ctx, script, keys, nil, args...)
+}
+
+// RunBoxed is Run with the keys also given as boxed, the same strings as
+// keys in []any, which a caller that runs scripts on the same keys again
+// and again keeps, so that they are not converted for every call (nil:
+// convert keys).
+func (c *Coalescer) RunBoxed(ctx context.Context, script *redis.Script, keys []string, boxed []any, args ...any) *redis.Cmd {
 	a := make([]any, 0, 3+len(keys)+len(args))
 	a = append(a, "evalsha", script.Hash(), len(keys))
-	for _, k := range keys {
-		a = append(a, k)
+	if boxed != nil {
+		a = append(a, boxed...)
+	} else {
+		for _, k := range keys {
+			a = append(a, k)
+		}
 	}
 	a = append(a, args...)
 	cmd := redis.NewCmd(ctx, a...)

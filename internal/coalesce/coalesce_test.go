@@ -139,6 +139,31 @@ func TestRun_AfterScriptFlush_FallsBackToEval(t *testing.T) {
 	assert.EqualValues(t, 7, v)
 }
 
+// RunBoxed sends the boxed keys as the script's KEYS, alone or in a shared
+// pipeline, and falls back to EVAL with them after a SCRIPT FLUSH.
+func TestRunBoxed_ConcurrentCalls_EachScriptSeesItsOwnKeysAndArgs(t *testing.T) {
+	srv := redistest.Real(t)
+	rdb := client(t, srv)
+	co := coalesce.New(rdb, 1)
+	ctx := context.Background()
+	script := redis.NewScript(`return #KEYS .. ':' .. table.concat(KEYS, ',') .. ':' .. table.concat(ARGV, ',')`)
+	require.NoError(t, rdb.ScriptFlush(ctx).Err())
+	var wg sync.WaitGroup
+	for g := range 20 {
+		wg.Go(func() {
+			keys := []string{"a" + strconv.Itoa(g), "b" + strconv.Itoa(g)}
+			boxed := []any{keys[0], keys[1]}
+			for i := range 10 {
+				got, err := co.RunBoxed(ctx, script, keys, boxed, g, i).Text()
+				if assert.NoError(t, err) {
+					assert.Equal(t, "2:"+keys[0]+","+keys[1]+":"+strconv.Itoa(g)+","+strconv.Itoa(i), got)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
 func TestDo_ServerGone_EveryCallerGetsAnError(t *testing.T) {
 	srv := redistest.Real(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 4, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})

@@ -290,6 +290,12 @@ func (h hubHandler) Subscribed(channel string) {
 // that its ctx still applies. With WithSyncReplicas, a try's script (its
 // ctx made by Acquisition.TryCtx) goes with a WAIT behind it instead.
 func (c *Core) Script(ctx context.Context, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	return c.ScriptBoxed(ctx, s, keys, nil, args...)
+}
+
+// ScriptBoxed is Script with the keys also given boxed (see
+// coalesce.Coalescer.RunBoxed; nil: none), for the calls of a hot path.
+func (c *Core) ScriptBoxed(ctx context.Context, s *redis.Script, keys []string, boxed []any, args ...any) *redis.Cmd {
 	if c.Cfg.Sync.Replicas > 0 {
 		if ack, _ := ctx.Value(ackKey{}).(*replicaAck); ack != nil {
 			return c.scriptAcked(ctx, ack, s, keys, args)
@@ -299,7 +305,7 @@ func (c *Core) Script(ctx context.Context, s *redis.Script, keys []string, args 
 	if c.co == nil || ctx.Done() != nil {
 		cmd = s.Run(ctx, c.RDB, keys, args...)
 	} else {
-		cmd = c.co.Run(ctx, s, keys, args...)
+		cmd = c.co.RunBoxed(ctx, s, keys, boxed, args...)
 	}
 	c.outage.Saw(cmd.Err())
 	return cmd

@@ -23,6 +23,15 @@ type Excl struct {
 	counted string   // "1" for a counted kind (ReentrantMutex), else "0"
 	s       *exclScripts
 	owner   string // an RWMutex writer's owner, for the write try's upgrade check (rw_try_write.lua)
+	boxed   exclBoxed
+}
+
+// exclBoxed are an Excl's arguments that every try and unlock sends, boxed
+// once rather than for every call: boxing a string allocates, and the hot
+// path's allocations cost its client a measurable share of its time.
+type exclBoxed struct {
+	keys                  []any // Excl.keys
+	kind, client, counted any
 }
 
 // exclScripts are the scripts an Excl runs, with the same arguments and
@@ -70,6 +79,10 @@ func newExcl(h *Handle, counted bool, s *exclScripts) *Excl {
 	if counted {
 		x.counted = "1"
 	}
+	x.boxed = exclBoxed{keys: make([]any, len(x.keys)), kind: h.Kind, client: h.C.ID, counted: x.counted}
+	for i, k := range x.keys {
+		x.boxed.keys[i] = k
+	}
 	return x
 }
 
@@ -101,11 +114,12 @@ func (x *Excl) markKeys() (string, []string) {
 // that it has not recorded is a hand-over, which the try claims.
 func (x *Excl) Try(ctx context.Context, waiter, id string, reserve int, ttl, markTTL time.Duration, known int64) (wire.Try, error) {
 	c := x.h.C
-	args := []any{x.h.Kind, waiter, wire.Millis(ttl), wire.Millis(markTTL), c.ID, x.counted, id, reserve, known}
+	b := &x.boxed
+	args := []any{b.kind, waiter, wire.Millis(ttl), wire.Millis(markTTL), b.client, b.counted, id, reserve, known}
 	if x.owner != "" {
 		args = append(args, x.owner)
 	}
-	res, err := c.Script(ctx, x.s.try, x.keys, args...).Result()
+	res, err := c.ScriptBoxed(ctx, x.s.try, x.keys, b.keys, args...).Result()
 	if err != nil {
 		return wire.Try{}, err
 	}
@@ -131,8 +145,8 @@ func (x *Excl) Unlock(ctx context.Context, id string) (int64, error) {
 // queue places of drop first, and queues those of enqueue, in order, before
 // the lock passes on.
 func (x *Excl) unlockCohort(ctx context.Context, id string, drop, enqueue []string) (int64, error) {
-	c := x.h.C
-	args := []any{x.h.Kind, id, c.ID, x.counted}
+	c, b := x.h.C, &x.boxed
+	args := []any{b.kind, id, b.client, b.counted}
 	if len(drop)+len(enqueue) > 0 {
 		args = append(args, wire.Millis(x.h.MarkLease()), len(drop))
 		for _, d := range drop {
@@ -142,7 +156,7 @@ func (x *Excl) unlockCohort(ctx context.Context, id string, drop, enqueue []stri
 			args = append(args, d)
 		}
 	}
-	res, err := c.Script(ctx, x.s.unlock, x.keys, args...).Result()
+	res, err := c.ScriptBoxed(ctx, x.s.unlock, x.keys, b.keys, args...).Result()
 	if err != nil {
 		x.h.WakeUnknown(err)
 		return 0, err
