@@ -557,3 +557,120 @@ func (e *env) replyLosing() (*redis.Client, *faultnet.Proxy) {
 	e.t.Cleanup(func() { _ = rdb.Close() })
 	return rdb, proxy
 }
+
+// countedRound is cohortRound for a counted kind: h (owner hctx) locks, w
+// (owner wctx, on h's Client) waits, queued in Redis and in the Client's
+// registry, and h unlocks after holding for hold; before, if set, runs
+// just before the hold. It returns h's and w's tokens: w's is h's plus one
+// only for a local handoff.
+func countedRound(t *testing.T, ctx context.Context, e *env, c *dlock.Client, h, w countedLock, hctx, wctx context.Context, n string, hold time.Duration, before func()) (uint64, uint64) {
+	t.Helper()
+	require.NoError(t, h.Lock(hctx))
+	first := h.Token(hctx)
+	got := make(chan error, 1)
+	go func() { got <- w.Lock(wctx) }()
+	waitQueued(t, e, n, 1)
+	require.Eventually(t, func() bool { return dlock.LocalWaiters(c) >= 1 }, 5*time.Second, time.Millisecond)
+	if before != nil {
+		before()
+	}
+	time.Sleep(hold)
+	require.NoError(t, h.Unlock(hctx))
+	require.NoError(t, <-got)
+	second := w.Token(wctx)
+	require.NoError(t, w.Unlock(wctx))
+	require.Greater(t, second, first)
+	return first, second
+}
+
+// Past the cohort's time bound, a counted lock's hold whose Redis grant was
+// quiet (nobody queued) passes to another owner of its Client locally while
+// nobody else waits, as a Mutex's does
+// (TestMutexCohort_PastTheTimeBound_NobodyElseWaits_HandedOnLocally): an
+// RWMutex's write try answers a quiet grant as excl_try's hot path does.
+func TestCountedCohort_PastTheTimeBound_NobodyElseWaits_HandedOnLocally(t *testing.T) {
+	for _, k := range countedKinds {
+		t.Run(k.name, func(t *testing.T) {
+			e := sharedEnv(t)
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			c := e.client(e.rdb())
+			h, w := k.open(c, n), k.open(c, n) // default bounds: 4 handoffs, 10ms
+			hctx, wctx := dlock.WithNewOwner(ctx), dlock.WithNewOwner(ctx)
+			octx := dlock.WithNewOwner(ctx) // the name's first grant, from another Client
+			o := k.open(e.client(e.rdb()), n)
+			require.NoError(t, o.Lock(octx))
+			require.NoError(t, o.Unlock(octx))
+			countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 0, nil) // subscribes c
+			require.Eventually(t, func() bool { return k.confirmed(c, h) }, 5*time.Second, time.Millisecond)
+			for round := range 3 {
+				first, second := countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 20*time.Millisecond, nil)
+				assert.Equal(t, first+1, second, "round %d: not handed on locally past the time bound with nobody else waiting", round)
+			}
+		})
+	}
+}
+
+// Past the cohort's time bound, anyone the counted lock's cohort would not
+// serve keeps the bound: a writer of another Client, and for an RWMutex a
+// reader of another Client or of the holder's own (readers queue behind a
+// writer, and a writer cohort never serves them). Each announces itself
+// when it queues, and the hold goes back to Redis, which serves the queue
+// in its order.
+func TestCountedCohort_PastTheTimeBound_AnotherWaits_KeepsTheBound(t *testing.T) {
+	type waiterKind struct {
+		name       string
+		reader, on bool // a reader; on the holder's Client
+	}
+	for _, k := range countedKinds {
+		kinds := []waiterKind{{"writer of another Client", false, false}}
+		if k.name == "RWMutex" {
+			kinds = append(kinds, waiterKind{"reader of another Client", true, false}, waiterKind{"reader of the same Client", true, true})
+		}
+		for _, wk := range kinds {
+			t.Run(k.name+", "+wk.name, func(t *testing.T) {
+				e := sharedEnv(t)
+				n := name(t)
+				ctx := ctxTimeout(t, 20*time.Second)
+				c, other := e.client(e.rdb()), e.client(e.rdb())
+				h, w := k.open(c, n), k.open(c, n)
+				hctx, wctx, yctx := dlock.WithNewOwner(ctx), dlock.WithNewOwner(ctx), dlock.WithNewOwner(ctx)
+				countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 0, nil) // subscribes c
+				require.Eventually(t, func() bool { return k.confirmed(c, h) }, 5*time.Second, time.Millisecond)
+				first, second := countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 20*time.Millisecond, nil)
+				require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
+
+				on := other
+				if wk.on {
+					on = c
+				}
+				yGot := make(chan error, 1)
+				first, second = countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 20*time.Millisecond, func() {
+					// y queues after w, and its announcement reaches c during
+					// the hold; it takes and gives back its hold at once.
+					go func() {
+						if wk.reader {
+							rw := on.RWMutex(n)
+							if err := rw.RLock(yctx); err != nil {
+								yGot <- err
+								return
+							}
+							yGot <- rw.RUnlock(yctx)
+							return
+						}
+						y := k.open(on, n)
+						if err := y.Lock(yctx); err != nil {
+							yGot <- err
+							return
+						}
+						yGot <- y.Unlock(yctx)
+					}()
+					waitQueued(t, e, n, 2)
+				})
+				require.NoError(t, <-yGot)
+				assert.NotEqual(t, first+1, second, "handed on locally past the bound while another waited")
+				requireFreeSoon(t, ctx, e, n)
+			})
+		}
+	}
+}

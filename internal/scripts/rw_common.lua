@@ -10,6 +10,15 @@
 --                       f: the fencing token of the current or last write
 --                       x: the tokens the write grant reserved after f, for
 --                          its Client's local handoffs (absent: none)
+--                       q: while a writer holds, who queued since its grant,
+--                          as excl_try's hint on K: absent, nobody (a quiet
+--                          grant: rw_try_write found nobody queued, and said
+--                          so by its reply); 'c', only cohorting writers of
+--                          the holder's Client; '1', anyone else, or the
+--                          grant was not quiet. The first reader, or writer
+--                          of another Client, to queue since a quiet grant
+--                          that reserved tokens announces itself
+--                          ('<from>|0|q'; see announce_queued)
 --   RL  p{n}:rl   zset  reader owner ID -> expiry of its read lease (server ms)
 --   RC  p{n}:rc   hash  reader owner ID -> read count (0: handed to it, not
 --                       yet claimed)
@@ -132,7 +141,7 @@ end
 -- after it. Returns the token.
 local function take_write(W, F, id, last, reserve)
   local f = issue_fence(F, last, reserve)
-  redis.call('HSET', W, 'k', 'rwlock', 'o', id, 'n', 1, 'f', f)
+  redis.call('HSET', W, 'k', 'rwlock', 'o', id, 'n', 1, 'f', f, 'q', '1')
   if reserve > 0 then
     redis.call('HSET', W, 'x', reserve)
   else
@@ -177,7 +186,7 @@ end
 
 -- No writer holds W: keep only its kind and last token.
 local function free_writer(W)
-  redis.call('HDEL', W, 'o', 'n')
+  redis.call('HDEL', W, 'o', 'n', 'q')
   redis.call('PEXPIRE', W, fence_memory)
 end
 
@@ -214,4 +223,21 @@ local function enqueue(Q, QE, waiter, s, us, now, mark)
   extend(Q, mark)
   extend(QE, mark)
   return added
+end
+
+-- A waiter just queued (added: 1 when anew) while writer holds W: record
+-- it in W's queue hint (q, above), and announce it on CH when it is the
+-- first since a quiet grant that reserved tokens, unless it is a writer
+-- that the holder's cohort serves itself (own: a cohorting writer of the
+-- holder's Client), as excl_try does for the exclusive locks. A reader is
+-- never the cohort's to serve.
+local function announce_queued(W, CH, from, writer, added, own)
+  local v = redis.call('HMGET', W, 'q', 'x')
+  local hint = v[1]
+  if writer and (not hint or hint == 'c' and not own) then
+    redis.call('HSET', W, 'q', own and 'c' or '1')
+    if added == 1 and v[2] and not own then
+      redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
+    end
+  end
 end

@@ -67,6 +67,7 @@ end
 local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
+  announce_queued(W, CH, from, writer, added, false)
 end
 local left
 if writer then

@@ -20,7 +20,11 @@
 --
 -- Returns held(count, token) (lib.lua) when the grant holds the write lock
 -- (a new hold gets a new fencing token, with ARGV[8] more reserved after
--- it; re-entry keeps it and the lease). An owner that reads without
+-- it; re-entry keeps it and the lease); a new hold of a lock that nobody
+-- was queued for is answered with the token alone, a string standing for
+-- held(1, token), as excl_try's hot path answers: a quiet grant (W's q,
+-- rw_common.lua). A waiter queued while a writer holds is recorded in q,
+-- and the first since a quiet grant announced (announce_queued). An owner that reads without
 -- writing (a claimed read hold) gets DLOCK_UPGRADE: waiting for its own
 -- read hold to end would deadlock. Otherwise returns busy(ms until the earliest blocking lease
 -- runs out, the blocking holder or '' (the writer's grant, or a reader's
@@ -70,6 +74,12 @@ if not holder and redis.call('ZCARD', RL) == 0 then
     redis.call('ZREM', QE, waiter)
     local f = take_write(W, F, id, carried or (fence and known_fence(W, fence)), reserve)
     redis.call('PEXPIRE', W, ttl)
+    if not first then
+      -- Nobody queued: a quiet grant (q, rw_common.lua), answered with the
+      -- token alone, as excl_try's hot path answers its own.
+      redis.call('HDEL', W, 'q')
+      return f
+    end
     return held(1, f)
   end
   -- Announced from nobody (''), so that the caller's own Client applies it
@@ -85,6 +95,7 @@ end
 local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
+  announce_queued(W, CH, from, holder, added, reserve > 0 and holder and client_of(holder) == from)
 end
 -- The holder, as excl_try names it: the writer, with its token (a reader,
 -- with none, when only readers block).

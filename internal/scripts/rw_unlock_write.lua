@@ -52,7 +52,7 @@ if v[1] == 'rwlock' and v[2] == id and (not counted or tonumber(v[3] or '1') <= 
     end
   end
   if first == false then -- nobody queued: free_writer
-    redis.call('HDEL', W, 'o', 'n')
+    redis.call('HDEL', W, 'o', 'n', 'q')
     redis.call('PEXPIRE', W, '60000') -- fence_memory
     return 0
   end
@@ -78,10 +78,10 @@ if v[1] == 'rwlock' and v[2] == id and (not counted or tonumber(v[3] or '1') <= 
     redis.call('ZREM', QE, first)
     if reserve > 0 then
       redis.call('SET', F, fs .. '+' .. reserve, 'PX', '60000')
-      redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs, 'x', reserve)
+      redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs, 'q', '1', 'x', reserve)
     else
       redis.call('SET', F, fs, 'PX', '60000')
-      redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs)
+      redis.call('HSET', W, 'o', to, 'n', 1, 'f', fs, 'q', '1')
       redis.call('HDEL', W, 'x')
     end
     redis.call('PEXPIRE', W, ttl)
