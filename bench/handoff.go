@@ -138,6 +138,12 @@ func runHandoff(addr string, n, rounds int) *handoffResult {
 			func(k string) handle { return ownedHandle{cB.RWMutex(k), dlock.WithNewOwner(bg)} }, 0},
 		{"Mutex, waiter on another Client, after a 20ms hold", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cB.Mutex(k) }, longHold},
 		{"Mutex, waiter on the same Client (another handle), after a 20ms hold", func(k string) handle { return cA.Mutex(k) }, func(k string) handle { return cA.Mutex(k) }, longHold},
+		{"ReentrantMutex, another owner on the same Client, after a 20ms hold",
+			func(k string) handle { return ownedHandle{cA.ReentrantMutex(k), dlock.WithNewOwner(bg)} },
+			func(k string) handle { return ownedHandle{cA.ReentrantMutex(k), dlock.WithNewOwner(bg)} }, longHold},
+		{"RWMutex writer, another owner on the same Client, after a 20ms hold",
+			func(k string) handle { return ownedHandle{cA.RWMutex(k), dlock.WithNewOwner(bg)} },
+			func(k string) handle { return ownedHandle{cA.RWMutex(k), dlock.WithNewOwner(bg)} }, longHold},
 	}
 	for _, l := range libraries() {
 		if l.name != "rueidislock-1key" {
