@@ -299,7 +299,7 @@ const (
 )
 
 // WithCohort sets the bounds of lock cohorting, which a Mutex (and a
-// ReentrantMutex) does by default
+// ReentrantMutex, and an RWMutex's writers) does by default
 // with DefaultCohortHandoffs and DefaultCohortTime (WithoutCohort turns it
 // off). A cohorting Mutex hands its hold on to the next goroutine of its
 // Client waiting for the same name, on the same handle or on another
@@ -311,8 +311,9 @@ const (
 // to a goroutine of its Client (within maxHandoffs) when nobody else waits:
 // Redis granted it with nobody queued, the Client has been subscribed to
 // the lock's channel since before that grant, and no waiter that this
-// Client would not serve has queued since (each such waiter's try
-// announces itself on the channel; one still on its way there is missed).
+// Client would not serve (for an RWMutex, any reader) has queued since
+// (each such waiter's try announces itself on the channel; one still on
+// its way there is missed).
 // The bounds are those of the handle that hands the hold on. A Lock called
 // while the handle holds the lock, or on another cohorting handle while a
 // cohort of the Client runs and others of it wait, waits for such a handoff
