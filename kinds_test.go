@@ -329,3 +329,34 @@ func TestKinds_RWMutexTakesOverAReleasedMutex_TokenCarried_ForeignKeysChangeNoth
 		require.NoError(t, rw.Unlock(ctx))
 	}
 }
+
+// A released RWMutex whose W kept a queue hint (q), as a release by a
+// Client of an earlier version leaves one after a write grant of this
+// version, is still a released lock: a Mutex takes the name over, above
+// its last token, and the RWMutex's next quiet write grant drops the hint.
+func TestKinds_ReleasedRWMutexWithALeftoverQueueHint_IsTakenOver(t *testing.T) {
+	e := sharedEnv(t)
+	ctx := ctxTimeout(t, 10*time.Second)
+	c, rdb := e.client(e.rdb()), e.rdb()
+	for _, next := range []string{"mutex", "rwlock"} {
+		n := name(t)
+		rw := c.RWMutex(n, dlock.WithHandleOwner())
+		require.NoError(t, rw.Lock(ctx))
+		last := rw.Token(ctx)
+		require.NoError(t, rw.Unlock(ctx))
+		require.NoError(t, rdb.HSet(ctx, key(n), "q", "1").Err()) // what an earlier version's release leaves
+		if next == "mutex" {
+			m := c.Mutex(n)
+			ok, err := m.TryLock(ctx)
+			require.NoError(t, err)
+			require.True(t, ok, "the released RWMutex was not taken over")
+			assert.Greater(t, m.Token(), last)
+			require.NoError(t, m.Unlock(ctx))
+			continue
+		}
+		require.NoError(t, rw.Lock(ctx))
+		assert.Greater(t, rw.Token(ctx), last)
+		assert.Zero(t, rdb.HExists(ctx, key(n), "q").Val(), "a quiet write grant kept the hint")
+		require.NoError(t, rw.Unlock(ctx))
+	}
+}

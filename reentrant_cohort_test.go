@@ -612,18 +612,19 @@ func TestCountedCohort_PastTheTimeBound_NobodyElseWaits_HandedOnLocally(t *testi
 }
 
 // Past the cohort's time bound, anyone the counted lock's cohort would not
-// serve keeps the bound: a writer of another Client, and for an RWMutex a
-// reader of another Client or of the holder's own (readers queue behind a
-// writer, and a writer cohort never serves them). Each announces itself
-// when it queues, and the hold goes back to Redis, which serves the queue
-// in its order.
+// serve keeps the bound: a writer of another Client, or of the holder's
+// own on a handle WithoutCohort, and for an RWMutex a reader of another
+// Client or of the holder's own (readers queue behind a writer, and a
+// writer cohort never serves them). Each announces itself when it queues,
+// and the hold goes back to Redis, which serves the queue in its order: a
+// writer queued after w gets its hold after w's.
 func TestCountedCohort_PastTheTimeBound_AnotherWaits_KeepsTheBound(t *testing.T) {
 	type waiterKind struct {
 		name       string
-		reader, on bool // a reader; on the holder's Client
+		reader, on bool // a reader; on the holder's Client (a writer there: WithoutCohort)
 	}
 	for _, k := range countedKinds {
-		kinds := []waiterKind{{"writer of another Client", false, false}}
+		kinds := []waiterKind{{"writer of another Client", false, false}, {"writer of the same Client WithoutCohort", false, true}}
 		if k.name == "RWMutex" {
 			kinds = append(kinds, waiterKind{"reader of another Client", true, false}, waiterKind{"reader of the same Client", true, true})
 		}
@@ -644,7 +645,7 @@ func TestCountedCohort_PastTheTimeBound_AnotherWaits_KeepsTheBound(t *testing.T)
 				if wk.on {
 					on = c
 				}
-				yGot := make(chan error, 1)
+				yErr, yTok := make(chan error, 1), make(chan uint64, 1)
 				first, second = countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 20*time.Millisecond, func() {
 					// y queues after w, and its announcement reaches c during
 					// the hold; it takes and gives back its hold at once.
@@ -652,23 +653,30 @@ func TestCountedCohort_PastTheTimeBound_AnotherWaits_KeepsTheBound(t *testing.T)
 						if wk.reader {
 							rw := on.RWMutex(n)
 							if err := rw.RLock(yctx); err != nil {
-								yGot <- err
+								yErr <- err
 								return
 							}
-							yGot <- rw.RUnlock(yctx)
+							yErr <- rw.RUnlock(yctx)
 							return
 						}
 						y := k.open(on, n)
+						if wk.on {
+							y = k.with(on, n, dlock.WithoutCohort())
+						}
 						if err := y.Lock(yctx); err != nil {
-							yGot <- err
+							yErr <- err
 							return
 						}
-						yGot <- y.Unlock(yctx)
+						yTok <- y.Token(yctx)
+						yErr <- y.Unlock(yctx)
 					}()
 					waitQueued(t, e, n, 2)
 				})
-				require.NoError(t, <-yGot)
+				require.NoError(t, <-yErr)
 				assert.NotEqual(t, first+1, second, "handed on locally past the bound while another waited")
+				if !wk.reader {
+					assert.Greater(t, <-yTok, second, "y, queued after w, held before it")
+				}
 				requireFreeSoon(t, ctx, e, n)
 			})
 		}

@@ -128,13 +128,14 @@ local lock_kinds = {mutex = true, reentrant_mutex = true, election = true, rwloc
 
 -- take_over lets an acquiring script of a lock kind take a name whose main
 -- key K holds a released lock of another lock kind: no holder ('o'), no
--- queue hint ('q'), nobody queued in Q and no reader in RL (nil: none to
--- look at). It deletes K and returns the highest token K remembered (a
+-- queue hint ('q'; an RWMutex's W may keep one that a release of an earlier
+-- version left, which means nothing without a writer), nobody queued in Q
+-- and no reader in RL (nil: none to look at). It deletes K and returns the highest token K remembered (a
 -- number), which the caller's grant must go above; nil when K is anything
 -- else, which the caller refuses as main_key does.
 local function take_over(K, Q, RL)
   local v = redis.pcall('HMGET', K, 'k', 'o', 'q', 'f', 'x')
-  if v.err or not lock_kinds[v[1]] or v[2] or v[3] then
+  if v.err or not lock_kinds[v[1]] or v[2] or v[3] and v[1] ~= 'rwlock' then
     return nil
   end
   if redis.call('EXISTS', Q) == 1 or RL and redis.call('EXISTS', RL) == 1 then

@@ -138,10 +138,15 @@ end
 
 -- Make W the write hold of grant id, count 1, with the next token after
 -- last (the highest W knows of, or nil: F's) and reserve more reserved
--- after it. Returns the token.
-local function take_write(W, F, id, last, reserve)
+-- after it. Returns the token. The grant is not quiet (q '1') unless quiet
+-- says so; then the caller sees that W has no q left.
+local function take_write(W, F, id, last, reserve, quiet)
   local f = issue_fence(F, last, reserve)
-  redis.call('HSET', W, 'k', 'rwlock', 'o', id, 'n', 1, 'f', f, 'q', '1')
+  if quiet then
+    redis.call('HSET', W, 'k', 'rwlock', 'o', id, 'n', 1, 'f', f)
+  else
+    redis.call('HSET', W, 'k', 'rwlock', 'o', id, 'n', 1, 'f', f, 'q', '1')
+  end
   if reserve > 0 then
     redis.call('HSET', W, 'x', reserve)
   else

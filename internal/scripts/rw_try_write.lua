@@ -36,7 +36,7 @@
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local id, reserve, owner = ARGV[7], tonumber(ARGV[8] or '0'), ARGV[10] or ''
-local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f')
+local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f', 'q')
 local aux = rw_keys(RL, RC, Q, QE) -- (before a take-over, which deletes W)
 local carried -- the token memory of a released lock of another kind
 if bad then
@@ -72,12 +72,15 @@ if not holder and redis.call('ZCARD', RL) == 0 then
   if not first or first == waiter then
     redis.call('ZREM', Q, waiter)
     redis.call('ZREM', QE, waiter)
-    local f = take_write(W, F, id, carried or (fence and known_fence(W, fence)), reserve)
+    -- Nobody queued: a quiet grant (q, rw_common.lua), answered with the
+    -- token alone, as excl_try's hot path answers its own.
+    local quiet = not first
+    local f = take_write(W, F, id, carried or (fence and known_fence(W, fence)), reserve, quiet)
     redis.call('PEXPIRE', W, ttl)
-    if not first then
-      -- Nobody queued: a quiet grant (q, rw_common.lua), answered with the
-      -- token alone, as excl_try's hot path answers its own.
-      redis.call('HDEL', W, 'q')
+    if quiet then
+      if v[5] then
+        redis.call('HDEL', W, 'q') -- (left by a release of an earlier version)
+      end
       return f
     end
     return held(1, f)
