@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -165,4 +168,48 @@ func TestUnavailable_RedisDown_ErrUnavailableLoggedOnce(t *testing.T) {
 	require.Eventually(t, func() bool { return m.Lock(context.Background()) == nil }, 10*time.Second, 100*time.Millisecond)
 	require.NoError(t, m.Unlock(context.Background()))
 	assert.Equal(t, 1, strings.Count(logs.String(), "Redis answers again"), "the end of the outage logged once:\n%s", logs.String())
+}
+
+// dials counts the connections a go-redis client opens.
+type dials struct{ n atomic.Int64 }
+
+func (d *dials) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		d.n.Add(1)
+		return next(ctx, network, addr)
+	}
+}
+func (d *dials) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (d *dials) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// The first Lock of a new Client costs two cold round trips plus script
+// loading (DESIGN.md): one connection, whose handshake is one round trip,
+// and the try, one more; on a server that does not have the script yet
+// (its first Client, or after a restart or SCRIPT FLUSH), the try's EVALSHA
+// is refused and an EVAL follows. Nothing else: no probe of the server, no
+// loading of every script up front.
+func TestClient_FirstLock_OneConnection_OneTry_PlusScriptLoading(t *testing.T) {
+	e := realEnv(t) // a server of its own: no script loaded yet
+	ctx := ctxTimeout(t, 10*time.Second)
+	for _, tc := range []struct {
+		name  string
+		trips int
+		sent  string
+	}{{"script not loaded", 2, "eval"}, {"script loaded", 1, "evalsha"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cnt, d := newCounter(), &dials{}
+			rdb := e.rdb(cnt)
+			rdb.AddHook(d)
+			c := e.client(rdb)
+			m := c.Mutex(name(t))
+			require.NoError(t, m.Lock(ctx))
+			trips, cmds := cnt.snapshot()
+			assert.EqualValues(t, 1, d.n.Load(), "connections opened")
+			assert.Equal(t, tc.trips, trips, "round trips besides the handshake: %v", cmds)
+			assert.Equal(t, 1, cmds[tc.sent], "%v", cmds)
+			require.NoError(t, m.Unlock(ctx))
+		})
+	}
 }
