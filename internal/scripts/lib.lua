@@ -130,9 +130,10 @@ local lock_kinds = {mutex = true, reentrant_mutex = true, election = true, rwloc
 -- key K holds a released lock of another lock kind: no holder ('o'), no
 -- queue hint ('q'; an RWMutex's W may keep one that a release of an earlier
 -- version left, which means nothing without a writer), nobody queued in Q
--- and no reader in RL (nil: none to look at). It deletes K and returns the highest token K remembered (a
--- number), which the caller's grant must go above; nil when K is anything
--- else, which the caller refuses as main_key does.
+-- and no reader in RL (nil: none to look at). It deletes K and returns the
+-- highest token K remembered (a number), which the caller's grant must go
+-- above; nil when K is anything else, which the caller refuses as main_key
+-- does.
 local function take_over(K, Q, RL)
   local v = redis.pcall('HMGET', K, 'k', 'o', 'q', 'f', 'x')
   if v.err or not lock_kinds[v[1]] or v[2] or v[3] and v[1] ~= 'rwlock' then

@@ -24,14 +24,15 @@
 -- was queued for is answered with the token alone, a string standing for
 -- held(1, token), as excl_try's hot path answers: a quiet grant (W's q,
 -- rw_common.lua). A waiter queued while a writer holds is recorded in q,
--- and the first since a quiet grant announced (announce_queued). An owner that reads without
--- writing (a claimed read hold) gets DLOCK_UPGRADE: waiting for its own
--- read hold to end would deadlock. Otherwise returns busy(ms until the earliest blocking lease
--- runs out, the blocking holder or '' (the writer's grant, or a reader's
--- owner), the writer's token or '', 1 when this try queued the waiter anew
--- else 0), queueing it when ARGV[4] > 0. A released lock of
--- another lock kind is taken over (take_over, lib.lua). Keys of another
--- kind fail with DLOCK_KIND before anything changes.
+-- and the first since a quiet grant announced (announce_queued). An owner
+-- that reads without writing (a claimed read hold) gets DLOCK_UPGRADE:
+-- waiting for its own read hold to end would deadlock. Otherwise returns
+-- busy(ms until the earliest blocking lease runs out, the blocking holder
+-- or '' (the writer's grant, or a reader's owner), the writer's token or
+-- '', 1 when this try queued the waiter anew else 0), queueing it when
+-- ARGV[4] > 0. A released lock of another lock kind is taken over
+-- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND before
+-- anything changes.
 --#include rw_common.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
