@@ -237,9 +237,12 @@ end
 -- holder's Client), as excl_try does for the exclusive locks. A reader is
 -- never the cohort's to serve.
 local function announce_queued(W, CH, from, writer, added, own)
+  if not writer then
+    return
+  end
   local v = redis.call('HMGET', W, 'q', 'x')
   local hint = v[1]
-  if writer and (not hint or hint == 'c' and not own) then
+  if not hint or hint == 'c' and not own then
     redis.call('HSET', W, 'q', own and 'c' or '1')
     if added == 1 and v[2] and not own then
       redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
