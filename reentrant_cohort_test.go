@@ -682,3 +682,28 @@ func TestCountedCohort_PastTheTimeBound_AnotherWaits_KeepsTheBound(t *testing.T)
 		}
 	}
 }
+
+// A counted lock's Client whose pub/sub connection broke after a quiet
+// grant cannot know who queued meanwhile: past the time bound the hold goes
+// back to Redis, as a Mutex's does
+// (TestMutexCohort_PastTheTimeBound_PubSubKilled_GoesThroughRedis).
+func TestCountedCohort_PastTheTimeBound_PubSubKilled_GoesThroughRedis(t *testing.T) {
+	for _, k := range countedKinds {
+		t.Run(k.name, func(t *testing.T) {
+			e := realEnv(t) // CLIENT KILL reaches every pub/sub connection of its server
+			n := name(t)
+			ctx := ctxTimeout(t, 20*time.Second)
+			c := e.client(e.rdb())
+			h, w := k.open(c, n), k.open(c, n)
+			hctx, wctx := dlock.WithNewOwner(ctx), dlock.WithNewOwner(ctx)
+			countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 0, nil) // subscribes c
+			require.Eventually(t, func() bool { return k.confirmed(c, h) }, 5*time.Second, time.Millisecond)
+			first, second := countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 20*time.Millisecond, nil)
+			require.Equal(t, first+1, second, "a quiet round past the bound was not handed on locally")
+			first, second = countedRound(t, ctx, e, c, h, w, hctx, wctx, n, 20*time.Millisecond, func() {
+				require.NoError(t, e.rdb().Do(ctx, "client", "kill", "type", "pubsub").Err())
+			})
+			assert.NotEqual(t, first+1, second, "handed on locally past the bound though the connection broke meanwhile")
+		})
+	}
+}
