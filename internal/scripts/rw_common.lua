@@ -230,21 +230,17 @@ local function enqueue(Q, QE, waiter, s, us, now, mark)
   return added
 end
 
--- A waiter just queued (added: 1 when anew) while writer holds W: record
--- it in W's queue hint (q, above), and announce it on CH when it is the
+-- A waiter just queued (added: 1 when anew) while writer holds W, whose
+-- queue hint (q, above) and reservation (x) the caller read as hint and
+-- reserving: record it in the hint, and announce it on CH when it is the
 -- first since a quiet grant that reserved tokens, unless it is a writer
 -- that the holder's cohort serves itself (own: a cohorting writer of the
 -- holder's Client), as excl_try does for the exclusive locks. A reader is
 -- never the cohort's to serve.
-local function announce_queued(W, CH, from, writer, added, own)
-  if not writer then
-    return
-  end
-  local v = redis.call('HMGET', W, 'q', 'x')
-  local hint = v[1]
-  if not hint or hint == 'c' and not own then
+local function announce_queued(W, CH, from, writer, hint, reserving, added, own)
+  if writer and (not hint or hint == 'c' and not own) then
     redis.call('HSET', W, 'q', own and 'c' or '1')
-    if added == 1 and v[2] and not own then
+    if added == 1 and reserving and not own then
       redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
     end
   end

@@ -24,7 +24,7 @@
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local _, _, owner = parse_rw(waiter)
-local v, bad = main_key(W, 'rwlock', 'o')
+local v, bad = main_key(W, 'rwlock', 'o', 'q', 'x')
 local aux = rw_keys(RL, RC, Q, QE) -- (before a take-over, which deletes W)
 if bad then
   local carried = not aux and take_over(W, Q, nil)
@@ -67,7 +67,7 @@ end
 local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
-  announce_queued(W, CH, from, writer, added, false)
+  announce_queued(W, CH, from, writer, v[3], v[4], added, false)
 end
 local left
 if writer then

@@ -37,7 +37,7 @@
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local id, reserve, owner = ARGV[7], tonumber(ARGV[8] or '0'), ARGV[10] or ''
-local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f', 'q')
+local v, bad = main_key(W, 'rwlock', 'o', 'n', 'f', 'q', 'x')
 local aux = rw_keys(RL, RC, Q, QE) -- (before a take-over, which deletes W)
 local carried -- the token memory of a released lock of another kind
 if bad then
@@ -95,11 +95,12 @@ if not holder and redis.call('ZCARD', RL) == 0 then
     return held(1, f)
   end
   holder = redis.call('HGET', W, 'o')
+  v[5] = '1' -- a writer admitted now holds by a grant that is not quiet (take_write)
 end
 local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
-  announce_queued(W, CH, from, holder, added, reserve > 0 and holder and client_of(holder) == from)
+  announce_queued(W, CH, from, holder, v[5], v[6], added, reserve > 0 and holder and client_of(holder) == from)
 end
 -- The holder, as excl_try names it: the writer, with its token (a reader,
 -- with none, when only readers block).
