@@ -75,6 +75,7 @@ if v[1] == kind and not v[2] and not v[6] and v[4] then
   return fs
 end
 --#include excl_common.lua
+--#include queue_hint.lua
 -- Whether a grant reserved tokens (x: a cohort may hold the lock), and the
 -- queue hint, as the hot path read them.
 local reserving, hint = v[5], v[6]
@@ -133,18 +134,7 @@ if mark > 0 then
   redis.call('ZADD', QE, now + mark, waiter)
   extend(Q, mark)
   extend(QE, mark)
-  -- The queue hint says who queued since the holder's grant: absent, nobody
-  -- (a quiet grant: excl_try's hot path); 'c', only cohorting waiters of the
-  -- holder's Client, which its cohort serves itself; '1', anyone else (or
-  -- the grant itself was not quiet: take sets '1'). The first other waiter
-  -- of a quiet grant is announced, so that a cohort holding past its time
-  -- bound knows that another waits (engine's cohort.go).
-  local own = reserve > 0 and client_of(holder) == from
-  if not hint or hint == 'c' and not own then
-    redis.call('HSET', K, 'q', own and 'c' or '1')
-    if added == 1 and reserving and not own then
-      redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
-    end
-  end
+  -- (take sets the hint to '1': a grant it makes is not quiet.)
+  note_queued(K, CH, from, holder, hint, reserving, added, reserve > 0 and client_of(holder) == from)
 end
 return busy(redis.call('PTTL', K), holder, fence, added)

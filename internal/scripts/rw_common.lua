@@ -18,7 +18,7 @@
 --                          grant was not quiet. The first reader, or writer
 --                          of another Client, to queue since a quiet grant
 --                          that reserved tokens announces itself
---                          ('<from>|0|q'; see announce_queued)
+--                          ('<from>|0|q'; see queue_hint.lua)
 --   RL  p{n}:rl   zset  reader owner ID -> expiry of its read lease (server ms)
 --   RC  p{n}:rc   hash  reader owner ID -> read count (0: handed to it, not
 --                       yet claimed)
@@ -228,20 +228,4 @@ local function enqueue(Q, QE, waiter, s, us, now, mark)
   extend(Q, mark)
   extend(QE, mark)
   return added
-end
-
--- A waiter just queued (added: 1 when anew) while writer holds W, whose
--- queue hint (q, above) and reservation (x) the caller read as hint and
--- reserving: record it in the hint, and announce it on CH when it is the
--- first since a quiet grant that reserved tokens, unless it is a writer
--- that the holder's cohort serves itself (own: a cohorting writer of the
--- holder's Client), as excl_try does for the exclusive locks. A reader is
--- never the cohort's to serve.
-local function announce_queued(W, CH, from, writer, hint, reserving, added, own)
-  if writer and (not hint or hint == 'c' and not own) then
-    redis.call('HSET', W, 'q', own and 'c' or '1')
-    if added == 1 and reserving and not own then
-      redis.call('PUBLISH', CH, msg_wake(from, 0, 'q'))
-    end
-  end
 end

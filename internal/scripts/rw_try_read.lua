@@ -21,6 +21,7 @@
 -- (take_over, lib.lua: its highest token stays in W and F).
 -- Keys of another kind fail with DLOCK_KIND before anything changes.
 --#include rw_common.lua
+--#include queue_hint.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local _, _, owner = parse_rw(waiter)
@@ -67,7 +68,7 @@ end
 local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
-  announce_queued(W, CH, from, writer, v[3], v[4], added, false)
+  note_queued(W, CH, from, writer, v[3], v[4], added, false)
 end
 local left
 if writer then

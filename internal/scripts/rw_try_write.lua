@@ -24,7 +24,7 @@
 -- was queued for is answered with the token alone, a string standing for
 -- held(1, token), as excl_try's hot path answers: a quiet grant (W's q,
 -- rw_common.lua). A waiter queued while a writer holds is recorded in q,
--- and the first since a quiet grant announced (announce_queued). An owner
+-- and the first since a quiet grant announced (note_queued, queue_hint.lua). An owner
 -- that reads without writing (a claimed read hold) gets DLOCK_UPGRADE:
 -- waiting for its own read hold to end would deadlock. Otherwise returns
 -- busy(ms until the earliest blocking lease runs out, the blocking holder
@@ -34,6 +34,7 @@
 -- (take_over, lib.lua). Keys of another kind fail with DLOCK_KIND before
 -- anything changes.
 --#include rw_common.lua
+--#include queue_hint.lua
 local W, RL, RC, Q, QE, F, CH = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local waiter, ttl, mark, from = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local id, reserve, owner = ARGV[7], tonumber(ARGV[8] or '0'), ARGV[10] or ''
@@ -100,7 +101,7 @@ end
 local added = 0
 if mark > 0 then
   added = enqueue(Q, QE, waiter, s, us, now, mark)
-  announce_queued(W, CH, from, holder, v[5], v[6], added, reserve > 0 and holder and client_of(holder) == from)
+  note_queued(W, CH, from, holder, v[5], v[6], added, reserve > 0 and holder and client_of(holder) == from)
 end
 -- The holder, as excl_try names it: the writer, with its token (a reader,
 -- with none, when only readers block).

@@ -11,7 +11,9 @@
 // Helpers live once: lib.lua (the server's clock, expired-member cleanup,
 // expiry lengthening, and the release-message format that internal/wire owns
 // on the Go side), and one *_common.lua per data model (the Mutex queue, the
-// RWMutex, the Semaphore) stating that model and its own helpers. A script
+// RWMutex, the Semaphore) stating that model and its own helpers, and the
+// lock cohorts' two shared by the exclusive locks and the RWMutex
+// (queue_hint.lua for the tries, cohort_end.lua for the releases). A script
 // takes them with a line '--#include <file>', which is replaced by the file,
 // itself resolved the same way; a file is included at most once per script.
 //
